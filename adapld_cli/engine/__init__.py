@@ -1,0 +1,50 @@
+"""The AdaPLD decoding engine: lossless speculative decoding for Hugging Face causal LMs.
+
+Public API::
+
+    stream(model, prompt_ids, config, method="adapld", tokenizer=None, settings=None)
+        -> Iterator[StepEvent]
+    generate(...) -> GenerationResult
+
+Types (``GenerationConfig``, ``StepEvent``, ``Stats``, ``Source``) import without torch;
+``stream``/``generate`` import torch on first use.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from adapld_cli.engine.settings import AdaPLDSettings
+from adapld_cli.engine.types import GenerationConfig, GenerationResult, Source, Stats, StepEvent
+
+METHODS = ("adapld", "pld", "ar")
+
+if TYPE_CHECKING:
+    from adapld_cli.engine.adapter import UnsupportedModelError
+    from adapld_cli.engine.loop import generate, stream
+
+
+def __getattr__(name: str) -> Any:  # lazy: keep torch out of `import adapld_cli.engine`
+    if name in ("stream", "generate"):
+        from adapld_cli.engine import loop
+
+        return getattr(loop, name)
+    if name == "UnsupportedModelError":
+        from adapld_cli.engine.adapter import UnsupportedModelError
+
+        return UnsupportedModelError
+    raise AttributeError(name)
+
+
+__all__ = [
+    "METHODS",
+    "AdaPLDSettings",
+    "GenerationConfig",
+    "GenerationResult",
+    "Source",
+    "Stats",
+    "StepEvent",
+    "UnsupportedModelError",
+    "generate",
+    "stream",
+]

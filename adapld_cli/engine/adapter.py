@@ -1,0 +1,179 @@
+"""Model adapter: one forward pass over new tokens with a KV cache, and what the drafters
+need from it (a middle layer's hidden states, top-K next-token predictions).
+
+The adapter knows Hugging Face decoder-only models (Llama, Qwen2, GPT-2 and others that take
+``position_ids``, a 4D float attention mask and a ``DynamicCache``); it knows nothing of
+drafting. Hidden states are captured by a forward hook on one decoder layer, never by asking
+the model for every layer's states. Prefill computes top-K in chunks: full prompt x vocab
+logits are never materialised.
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
+
+
+class UnsupportedModelError(Exception):
+    """The model cannot be driven by the engine (one-line reason)."""
+
+
+@dataclass
+class PassOutput:
+    logits: torch.Tensor  # [n, vocab]
+    hidden: torch.Tensor | None  # [n, H] hidden states of the hooked layer (None if unhooked)
+
+
+def _decoder_layers(base: Any) -> Any:
+    for name in ("layers", "h", "blocks", "decoder_layers"):
+        layers = getattr(base, name, None)
+        if layers is not None and hasattr(layers, "__len__") and len(layers) > 0:
+            return layers
+    decoder = getattr(base, "decoder", None)
+    if decoder is not None and decoder is not base:
+        return _decoder_layers(decoder)
+    return None
+
+
+class ModelRunner:
+    """Runs a causal LM one step at a time against a cache it owns."""
+
+    def __init__(self, model: Any, *, hidden_layer: int | None, want_hidden: bool) -> None:
+        import torch
+
+        config = model.config
+        if getattr(config, "is_encoder_decoder", False):
+            raise UnsupportedModelError(f"{type(model).__name__} is an encoder-decoder model")
+        base = getattr(model, "base_model", None)
+        lm_head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+        if base is None or base is model or lm_head is None:
+            raise UnsupportedModelError(
+                f"{type(model).__name__} has no separate decoder and LM head"
+            )
+        params = inspect.signature(base.forward).parameters
+        if "position_ids" not in params:
+            raise UnsupportedModelError(f"{type(base).__name__} does not take position_ids")
+        self._cache_kw = "cache" if "cache" in params else "past_key_values"
+        self.model, self.base, self.lm_head = model, base, lm_head
+        first = next(model.parameters())
+        self.device, self.dtype = first.device, first.dtype
+        self.softcap = getattr(config, "final_logit_softcapping", None)
+        self.vocab_size = lm_head.weight.shape[0]
+        self._captured: torch.Tensor | None = None
+        self._hook = None
+        if want_hidden:
+            layers = _decoder_layers(base)
+            if layers is None:
+                raise UnsupportedModelError(f"cannot find the decoder layers of {type(base).__name__}")
+            idx = len(layers) // 2 if hidden_layer is None else hidden_layer
+            if not -len(layers) <= idx < len(layers):
+                raise UnsupportedModelError(f"hidden layer {idx} out of range (0..{len(layers) - 1})")
+            self._hook = layers[idx].register_forward_hook(self._capture)
+        self.cache = self._new_cache()
+
+    def _new_cache(self) -> Any:
+        from transformers import DynamicCache
+        from transformers.cache_utils import DynamicLayer
+
+        cache = DynamicCache(config=self.model.config)
+        if any(type(layer) is not DynamicLayer for layer in getattr(cache, "layers", [])):
+            raise UnsupportedModelError(
+                f"{type(self.model).__name__} uses a sliding-window or hybrid cache"
+            )
+        return cache
+
+    def _capture(self, _module: Any, _inputs: Any, output: Any) -> None:
+        self._captured = output[0] if isinstance(output, tuple) else output
+
+    def close(self) -> None:
+        if self._hook is not None:
+            self._hook.remove()
+            self._hook = None
+
+    @property
+    def cache_len(self) -> int:
+        return self.cache.get_seq_length()
+
+    def _run(self, ids: list[int], start: int, positions: list[int] | None, mask: Any) -> Any:
+        import torch
+
+        input_ids = torch.tensor([ids], device=self.device)
+        if positions is None:
+            pos = torch.arange(start, start + len(ids), device=self.device)[None]
+        else:
+            pos = torch.tensor([positions], device=self.device)
+        self._captured = None
+        out = self.base(
+            input_ids=input_ids,
+            position_ids=pos,
+            attention_mask=mask,
+            use_cache=True,
+            **{self._cache_kw: self.cache},
+        )
+        return out.last_hidden_state[0]  # [n, H]
+
+    def logits(self, last_hidden: torch.Tensor) -> torch.Tensor:
+        """LM-head logits for final hidden states ``[n, H]`` -> ``[n, vocab]``."""
+        import torch
+
+        logits = self.lm_head(last_hidden)
+        if self.softcap:
+            logits = torch.tanh(logits / self.softcap) * self.softcap
+        return logits
+
+    def step(self, ids: list[int], depths: list[int] | None, mask: Any) -> PassOutput:
+        """Feed ``ids`` after the cache. ``depths`` (None = a chain) give positions
+        ``cache_len + depth``; ``mask`` is a 4D additive mask or None for causal."""
+        import torch
+
+        start = self.cache_len
+        positions = None if depths is None else [start + d for d in depths]
+        with torch.inference_mode():
+            last = self._run(ids, start, positions, mask)
+            logits = self.logits(last)
+        hidden = None if self._captured is None else self._captured[0]
+        return PassOutput(logits=logits, hidden=hidden)
+
+    def prefill(self, ids: list[int], top_k: int, chunk: int = 512) -> tuple[Any, Any]:
+        """Feed ``ids`` into the (empty) cache in chunks.
+
+        Returns ``(hidden [n, H] or None, topk [n, top_k] or None)``: the hooked layer's
+        states and each position's top-K next-token ids, computed per chunk of positions.
+        """
+        import torch
+
+        hiddens, topks = [], []
+        with torch.inference_mode():
+            for s in range(0, len(ids), chunk):
+                last = self._run(ids[s : s + chunk], self.cache_len, None, None)
+                if self._captured is not None:
+                    hiddens.append(self._captured[0])
+                if top_k:
+                    for t in range(0, last.shape[0], 256):
+                        topks.append(self.logits(last[t : t + 256]).topk(top_k, dim=-1).indices)
+        hidden = torch.cat(hiddens) if hiddens else None
+        topk = torch.cat(topks) if topks else None
+        return hidden, topk
+
+    def keep(self, prefix_len: int, idx: list[int]) -> None:
+        """Compact the cache to ``prefix_len`` entries followed by the entries at
+        ``prefix_len + i`` for ``i`` in ``idx`` (ascending): the accepted path."""
+        contiguous = idx == list(range(len(idx)))
+        new_len = prefix_len + len(idx)
+        if contiguous:
+            drop = self.cache_len - new_len
+            if drop > 0:  # guard: crop(0) is a no-op in 5.x but meant "keep 0" in 4.x
+                self.cache.crop(-drop)
+            return
+        import torch
+
+        sel = torch.tensor(idx, device=self.device) + prefix_len
+        for layer in self.cache.layers:
+            for name in ("keys", "values"):
+                t = getattr(layer, name)
+                tail = t.index_select(-2, sel)
+                setattr(layer, name, torch.cat([t[..., :prefix_len, :], tail], dim=-2))

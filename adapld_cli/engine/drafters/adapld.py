@@ -1,0 +1,252 @@
+"""AdaPLD drafting (paper §3, DESIGN.md §2): lexical copy with reranking and an edit-cursor
+prior, a semantic fallback over cached hidden states, a branched draft tree, and a draft size
+chosen from recent acceptance and the measured cost of verification.
+
+Each step collects candidate nodes, each with an estimated probability of being accepted
+(a product along its path of per-token acceptance rates learned online), sorts them, and
+keeps the prefix that maximises expected tokens per unit of verification cost (a pass over
+``m + 1`` tokens costs ``ctx.cost.ratio(m + 1)`` single steps). On text with nothing to copy
+this degrades to plain decoding; where copying pays it drafts long chains.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from dataclasses import dataclass
+
+from adapld_cli.engine.context import Context
+from adapld_cli.engine.ngram import NgramIndex
+from adapld_cli.engine.settings import AdaPLDSettings
+from adapld_cli.engine.tree import DraftTree
+from adapld_cli.engine.types import Source
+
+BRANCH_CONT_P = 0.5  # acceptance estimate of each token continuing a branch
+SEM_SUCC_P = 0.5  # ... of a semantic branch's successor
+PROBE_EVERY = 16  # draft an unprofitable-looking semantic tree every Nth time, to keep learning
+CURSOR_SLACK = (-16, 32)  # a lexical hit this close to the edit cursor counts as "at cursor"
+
+
+class Rate:
+    """Exponentially weighted hit rate: ``hits / trials`` over recent updates."""
+
+    def __init__(self, p: float, weight: float = 3.0, decay: float = 0.7) -> None:
+        self.hits, self.trials, self.decay = p * weight, weight, decay
+
+    @property
+    def p(self) -> float:
+        return self.hits / self.trials if self.trials > 0 else 0.0
+
+    def update(self, hits: float, trials: float) -> None:
+        self.hits = self.hits * self.decay + hits
+        self.trials = self.trials * self.decay + trials
+
+
+@dataclass
+class _Cand:
+    p: float  # estimated probability the node is accepted
+    parent: int  # index into the candidate list, -1 = root
+    token: int
+    source: Source
+
+
+@dataclass
+class _Last:
+    kind: str = "none"
+    q: int = -1  # copy source: the lexical match ends at q, the chain copies q+1..
+    at_cursor: bool = False
+    main_nodes: int = 0  # main-chain nodes actually verified
+
+
+class AdaPLDDrafter:
+    name = "adapld"
+
+    def __init__(self, settings: AdaPLDSettings | None = None) -> None:
+        s = self.s = settings or AdaPLDSettings()
+        self.wants_hidden = s.rerank or s.semantic
+        self.wants_topk = s.top_k if (s.branches or s.semantic) else 0
+        self.hidden_layer = s.hidden_layer
+        self.index = NgramIndex(s.min_ctxt, s.ctxt)
+        self.succ: dict[int, list[int]] = {}  # token -> top-K predicted after its latest occurrence
+        self.cursor: int | None = None  # source position aligned with the pending token
+        self.prev_ok = True  # the last lexical step accepted at least one copied token
+        # per-token acceptance of the copied chain, keyed by (prev_ok, at_cursor)
+        self.lex = {
+            (True, True): Rate(0.95),
+            (True, False): Rate(0.8),
+            (False, True): Rate(0.6),
+            (False, False): Rate(0.3),
+        }
+        self.branch = Rate(0.3)  # a branch is right given the chain's first token failed
+        self.sem = Rate(0.2)  # a semantic tree yields an accepted token
+        self._probes = 0
+        self._last = _Last()
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def start(self, ctx: Context) -> None:
+        self.index.extend(ctx.tokens)
+        self._learn_successors(ctx, 0, ctx.pending)
+
+    def feedback(self, ctx: Context, tree: DraftTree, path: list[int], emitted: list[int]) -> None:
+        root_pos = len(ctx.tokens) - len(emitted) - 1
+        last = self._last
+        accepted_sources = [tree.sources[i] for i in path[1:]]
+        if last.kind == "lexical":
+            k_main = sum(1 for src in accepted_sources if src is Source.LEXICAL)
+            if last.main_nodes:
+                failed = 1 if k_main < last.main_nodes else 0
+                self.lex[(self.prev_ok, last.at_cursor)].update(k_main, k_main + failed)
+                self.prev_ok = k_main > 0
+            if k_main == 0 and any(src is Source.BRANCH for src in tree.sources):
+                took = bool(accepted_sources) and accepted_sources[0] is Source.BRANCH
+                self.branch.update(float(took), 1.0)
+            self.cursor = last.q + k_main + 1
+            if k_main < len(emitted) - 1:  # the step left the copy: move on by what it emitted
+                self.cursor += len(emitted) - 1 - k_main
+        else:
+            if self.cursor is not None:
+                self.cursor += len(emitted)
+            if last.kind == "semantic" and tree.num_drafts:
+                self.sem.update(float(len(path) > 1), 1.0)
+        self.index.extend(emitted)
+        self._learn_successors(ctx, root_pos, root_pos + len(path))
+
+    def _learn_successors(self, ctx: Context, start: int, end: int) -> None:
+        """Token-Recycling table: token at position j -> top-K predicted at j."""
+        if ctx.topk is None or end <= start:
+            return
+        toks = ctx.tokens
+        for j, row in enumerate(ctx.topk[start:end].tolist(), start):
+            self.succ[toks[j]] = row
+
+    # -- drafting ----------------------------------------------------------------------------
+
+    def propose(self, ctx: Context, max_nodes: int) -> DraftTree:
+        s = self.s
+        max_nodes = min(max_nodes, s.node_budget)
+        tree = DraftTree.root(ctx.tokens[-1])
+        tree.looked_up = True
+        self._last = _Last()
+        if max_nodes <= 0:
+            return tree
+        cands: list[_Cand] = []
+        _, hits = self.index.longest_match()
+        if hits:
+            tree.kind = "lexical"
+            self._lexical(ctx, hits, cands, max_nodes)
+        elif s.semantic and ctx.hidden is not None and ctx.topk is not None and ctx.pending >= 2:
+            tree.kind = "semantic"
+            self._semantic(ctx, cands)
+        m = self._select(ctx, cands, max_nodes, tree.kind)
+        self._build(tree, cands, m)
+        self._last.main_nodes = sum(1 for src in tree.sources if src is Source.LEXICAL)
+        return tree
+
+    def _lexical(self, ctx: Context, hits: list[int], cands: list[_Cand], max_nodes: int) -> None:
+        s, toks = self.s, ctx.tokens
+        q, at_cursor = self._choose(ctx, hits)
+        self._last = _Last(kind="lexical", q=q, at_cursor=at_cursor)
+        alpha = self.lex[(self.prev_ok, at_cursor)].p
+        main = toks[q + 1 : q + 1 + min(s.max_draft_len, max_nodes)]
+        p, parent = 1.0, -1
+        for t in main:
+            p *= alpha
+            cands.append(_Cand(p, parent, t, Source.LEXICAL))
+            parent = len(cands) - 1
+        if not (s.branches and main and ctx.topk is not None):
+            return
+        alts = [t for t in ctx.topk[q].tolist() if t != main[0]]
+        for rank, b in enumerate(alts):
+            pb = (1.0 - alpha) * self.branch.p / (rank + 1)
+            cands.append(_Cand(pb, -1, b, Source.BRANCH))
+            parent = len(cands) - 1
+            for t in self._continuation(toks, b):
+                pb *= BRANCH_CONT_P
+                cands.append(_Cand(pb, parent, t, Source.BRANCH))
+                parent = len(cands) - 1
+
+    def _choose(self, ctx: Context, hits: list[int]) -> tuple[int, bool]:
+        """Pick the copy source among lexical hits: the edit cursor first, then the
+        occurrence whose preceding hidden state is most like the current one, else the latest."""
+        s = self.s
+        if s.cursor and self.cursor is not None:
+            c = self.cursor
+            i = bisect_left(hits, c)
+            near = [h for h in hits[max(0, i - 1) : i + 1] if CURSOR_SLACK[0] <= h - c <= CURSOR_SLACK[1]]
+            if near:
+                return min(near, key=lambda h: abs(h - c)), True
+        P = ctx.pending
+        if s.rerank and ctx.hidden is not None and len(hits) > 1 and P >= 1:
+            import torch
+
+            cand = [h for h in hits[-s.max_candidates :] if h >= 1]
+            if cand:
+                idx = torch.tensor(cand, device=ctx.hidden.device) - 1
+                sims = ctx.hidden.index_select(0, idx) @ ctx.hidden[P - 1]  # [len(cand)]
+                return cand[int(sims.argmax())], False
+        return hits[-1], False
+
+    def _continuation(self, toks: list[int], b: int) -> list[int]:
+        """Tokens that followed ``(pending, b)`` last time, else ``b``'s cached successor."""
+        n = self.s.branch_len
+        if n <= 0:
+            return []
+        if self.index.min_n <= 2 <= self.index.max_n:
+            hits = self.index.lookup((toks[-1], b), len(toks))
+            if hits:
+                e = hits[-1]
+                return toks[e + 1 : e + 1 + n]
+        nxt = self.succ.get(b)
+        return nxt[:1] if nxt else []
+
+    def _semantic(self, ctx: Context, cands: list[_Cand]) -> None:
+        """No lexical hit: find cached positions whose preceding state resembles the current
+        one (cosine) and draft their top-K predictions, each with one cached successor."""
+        s, P = self.s, ctx.pending
+        lo = 1 if s.window <= 0 else max(1, P - s.window)
+        if P - 1 <= lo:
+            return
+        sims = ctx.hidden[lo - 1 : P - 1] @ ctx.hidden[P - 1]  # [P-lo]: state before j vs before P
+        vals, idx = sims.topk(min(s.tau, sims.shape[0]))
+        starts = [lo + int(i) for v, i in zip(vals.tolist(), idx.tolist()) if v >= s.sim_floor]
+        if not starts:
+            return
+        self._last = _Last(kind="semantic")
+        gamma = self.sem.p
+        seen: set[int] = set()
+        for j in starts:
+            for b in ctx.topk[j].tolist():
+                if b in seen:
+                    continue
+                seen.add(b)
+                pb = gamma / len(seen)
+                cands.append(_Cand(pb, -1, b, Source.SEMANTIC))
+                nxt = self.succ.get(b)
+                if nxt:
+                    cands.append(_Cand(pb * SEM_SUCC_P, len(cands) - 1, nxt[0], Source.SEMANTIC))
+
+    def _select(self, ctx: Context, cands: list[_Cand], max_nodes: int, kind: str) -> list[int]:
+        """Indices of the candidates to verify: the most probable prefix that maximises
+        expected tokens per unit of verification cost (parents always precede children)."""
+        order = sorted(range(len(cands)), key=lambda i: -cands[i].p)[:max_nodes]
+        if not self.s.adaptive:
+            return order
+        cost = ctx.cost.ratio
+        best_m, best, total = 0, 1.0 / cost(1), 1.0
+        for m, i in enumerate(order, 1):
+            total += cands[i].p
+            value = total / cost(m + 1)
+            if value > best:
+                best, best_m = value, m
+        if best_m == 0 and kind == "semantic" and order:
+            self._probes += 1
+            if self._probes % PROBE_EVERY == 0:
+                best_m = len(order)
+        return order[:best_m]
+
+    def _build(self, tree: DraftTree, cands: list[_Cand], chosen: list[int]) -> None:
+        where: dict[int, int] = {-1: 0}
+        for i in sorted(chosen):  # insertion order: parents before children
+            c = cands[i]
+            if c.parent in where:
+                where[i] = tree.add(c.token, where[c.parent], c.source)

@@ -1,0 +1,151 @@
+"""The decode loop: prefill, then draft -> verify -> accept -> compact, one event per step.
+
+:func:`stream` is a generator of :class:`StepEvent`; :func:`generate` drains it. The loop
+knows nothing of files, prompts or terminals, nor where drafts come from: a
+:class:`~adapld_cli.engine.drafters.Drafter` proposes a tree rooted at the pending token, the
+model verifies every node in one forward pass (tree attention), and the accepted path plus
+the model's own next token are emitted. Greedy output is token-for-token that of plain
+greedy decoding; seeded sampling draws exactly as plain seeded sampling does.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import torch
+
+from adapld_cli.engine.adapter import ModelRunner
+from adapld_cli.engine.context import Context
+from adapld_cli.engine.cost import CostModel
+from adapld_cli.engine.drafters import Drafter, make_drafter
+from adapld_cli.engine.sampling import TokenChooser
+from adapld_cli.engine.settings import AdaPLDSettings
+from adapld_cli.engine.stops import StopChecker
+from adapld_cli.engine.tree import accept, tree_mask
+from adapld_cli.engine.types import GenerationConfig, GenerationResult, Source, Stats, StepEvent
+
+
+def stream(
+    model: Any,
+    prompt_ids: Sequence[int],
+    config: GenerationConfig | None = None,
+    method: str | Drafter = "adapld",
+    *,
+    tokenizer: Any = None,
+    settings: AdaPLDSettings | None = None,
+) -> Iterator[StepEvent]:
+    """Generate from ``prompt_ids`` with ``method``, yielding one event per decode step.
+
+    ``config.stop_token_ids`` defaults to the model's ``generation_config.eos_token_id``;
+    ``config.stop_strings`` need ``tokenizer``. The last event has ``finished=True``.
+    """
+    config = config or GenerationConfig()
+    if not prompt_ids:
+        raise ValueError("empty prompt")
+    if config.max_new_tokens < 1:
+        raise ValueError("max_new_tokens must be >= 1")
+    drafter = make_drafter(method, settings)
+    gen_cfg = getattr(model, "generation_config", None)
+    stops = StopChecker(config, tokenizer, getattr(gen_cfg, "eos_token_id", None))
+    runner = ModelRunner(model, hidden_layer=drafter.hidden_layer, want_hidden=drafter.wants_hidden)
+    try:
+        yield from _decode(runner, list(prompt_ids), config, drafter, stops)
+    finally:
+        runner.close()
+
+
+def generate(
+    model: Any,
+    prompt_ids: Sequence[int],
+    config: GenerationConfig | None = None,
+    method: str | Drafter = "adapld",
+    *,
+    tokenizer: Any = None,
+    settings: AdaPLDSettings | None = None,
+) -> GenerationResult:
+    """Run :func:`stream` to the end; returns the generated tokens and statistics."""
+    tokens: list[int] = []
+    event = None
+    for event in stream(model, prompt_ids, config, method, tokenizer=tokenizer, settings=settings):
+        tokens.extend(event.tokens)
+    return GenerationResult(tokens=tokens, stats=event.stats, stop_reason=event.stop_reason)
+
+
+def _decode(
+    runner: ModelRunner, prompt: list[int], config: GenerationConfig, drafter: Drafter,
+    stops: StopChecker,
+) -> Iterator[StepEvent]:
+    stats = Stats(method=drafter.name, prompt_tokens=len(prompt))
+    chooser = TokenChooser(config)
+    hidden_size = runner.model.config.hidden_size if drafter.wants_hidden else 0
+    top_k = drafter.wants_topk
+    ctx = Context(
+        prompt, len(prompt) + config.max_new_tokens + 1, hidden_size, top_k, runner.device,
+        CostModel(runner.device.type),
+    )
+    t0 = time.perf_counter()
+    hidden, topk = runner.prefill(prompt[:-1], top_k)  # the last prompt token is the first root
+    ctx.record(0, hidden, topk)
+    drafter.start(ctx)
+    stats.prefill_s = time.perf_counter() - t0
+
+    while True:
+        t_step = time.perf_counter()
+        remaining = config.max_new_tokens - len(ctx.tokens) + ctx.prompt_len
+        tree = drafter.propose(ctx, remaining - 1)
+        root_pos = ctx.pending  # == runner.cache_len
+        chain = tree.is_chain
+        mask = None if chain else tree_mask(tree.parents, root_pos, runner.dtype, runner.device)
+        t_pass = time.perf_counter()
+        out = runner.step(tree.tokens, None if chain else tree.depths, mask)
+        path, bonus = accept(tree, chooser.bind(out.logits))
+        ctx.cost.observe(len(tree), time.perf_counter() - t_pass)
+
+        runner.keep(root_pos, path)
+        rows = torch.tensor(path, device=runner.device)
+        ctx.record(
+            root_pos,
+            None if out.hidden is None else out.hidden.index_select(0, rows),
+            out.logits.index_select(0, rows).topk(top_k, dim=-1).indices if top_k else None,
+        )
+        new = [tree.tokens[i] for i in path[1:]] + [bonus]
+        sources = [tree.sources[i] for i in path[1:]] + [Source.MODEL]
+        ctx.tokens.extend(new)
+        keep, reason = stops.cut(ctx.generated, len(new))
+        if keep < len(new):
+            del ctx.tokens[len(ctx.tokens) - len(new) + keep :]
+            new, sources = new[:keep], sources[:keep]
+        if reason is None:
+            drafter.feedback(ctx, tree, path, new)
+
+        _count(stats, tree, path, new, sources)
+        stats.ar_step_s = ctx.cost.a
+        stats.decode_s += time.perf_counter() - t_step
+        yield StepEvent(new, sources, stats, finished=reason is not None, stop_reason=reason)
+        if reason is not None:
+            return
+
+
+def _count(stats: Stats, tree: Any, path: list[int], new: list[int], sources: list[Source]) -> None:
+    stats.forward_passes += 1
+    stats.new_tokens += len(new)
+    stats.accept_hist[len(new)] = stats.accept_hist.get(len(new), 0) + 1
+    stats.drafted_tokens += tree.num_drafts
+    if tree.kind == "lexical":
+        stats.lexical_steps += 1
+    elif tree.looked_up:
+        stats.lexical_nohit_steps += 1
+    if tree.kind == "semantic" and tree.num_drafts:
+        stats.semantic_steps += 1
+    if any(src is Source.BRANCH for src in tree.sources):
+        stats.branch_steps += 1
+    for src in sources:
+        if src is Source.LEXICAL:
+            stats.lexical_accepted += 1
+        elif src is Source.SEMANTIC:
+            stats.semantic_accepted += 1
+        elif src is Source.BRANCH:
+            stats.branch_accepted += 1
+    stats.accepted_draft_tokens += sum(1 for s in sources if s is not Source.MODEL)

@@ -1,0 +1,57 @@
+"""Typed settings of the AdaPLD drafter, with documented defaults and ablation switches.
+
+Every knob of the method lives here; the CLI and the benchmark build these from options.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+
+@dataclass(frozen=True)
+class AdaPLDSettings:
+    """Knobs of AdaPLD drafting (paper §3; DESIGN.md §2).
+
+    Attributes:
+        max_draft_len: ``L``, the longest copied span drafted in one step.
+        top_k: ``K``, first-token alternatives (branches) taken from cached top-K predictions.
+        ctxt: longest n-gram used as the lexical query; shorter n-grams down to ``min_ctxt``
+            are tried when the longest finds nothing (strict hit = any n-gram match).
+        min_ctxt: shortest n-gram query.
+        tau: semantic fallback keeps the ``tau`` most similar cached positions.
+        window: the semantic fallback searches hidden states of the last ``window`` positions
+            of the context (prompt included); ``0`` searches the whole context. Editing needs
+            the source file searchable, so the default covers typical files.
+        hidden_layer: decoder layer whose output is cached for reranking and the fallback;
+            ``None`` = the middle layer.
+        sim_floor: cosine similarity a semantic candidate must reach to be drafted.
+        node_budget: most draft nodes in one verification (root excluded).
+        branch_len: tokens appended to each branch from a reuse continuation.
+        max_candidates: most recent lexical occurrences considered for reranking.
+        semantic / branches / cursor / rerank / adaptive: ablation switches. With
+            ``adaptive=False`` the drafter always drafts ``max_draft_len`` and the full tree.
+    """
+
+    max_draft_len: int = 64
+    top_k: int = 3
+    ctxt: int = 4
+    min_ctxt: int = 2
+    tau: int = 2
+    window: int = 4096
+    hidden_layer: int | None = None
+    sim_floor: float = 0.6
+    node_budget: int = 64
+    branch_len: int = 2
+    max_candidates: int = 64
+    semantic: bool = True
+    branches: bool = True
+    cursor: bool = True
+    rerank: bool = True
+    adaptive: bool = True
+
+    def without(self, component: str) -> AdaPLDSettings:
+        """A copy with one component switched off (``semantic``, ``branches``, ``cursor``,
+        ``rerank`` or ``adaptive``), for ablations."""
+        if component not in {"semantic", "branches", "cursor", "rerank", "adaptive"}:
+            raise ValueError(f"unknown AdaPLD component: {component}")
+        return replace(self, **{component: False})

@@ -43,7 +43,6 @@ class ModelRunner:
     """Runs a causal LM one step at a time against a cache it owns."""
 
     def __init__(self, model: Any, *, hidden_layer: int | None, want_hidden: bool) -> None:
-        import torch
 
         config = model.config
         if getattr(config, "is_encoder_decoder", False):
@@ -68,10 +67,14 @@ class ModelRunner:
         if want_hidden:
             layers = _decoder_layers(base)
             if layers is None:
-                raise UnsupportedModelError(f"cannot find the decoder layers of {type(base).__name__}")
+                raise UnsupportedModelError(
+                    f"cannot find the decoder layers of {type(base).__name__}"
+                )
             idx = len(layers) // 2 if hidden_layer is None else hidden_layer
             if not -len(layers) <= idx < len(layers):
-                raise UnsupportedModelError(f"hidden layer {idx} out of range (0..{len(layers) - 1})")
+                raise UnsupportedModelError(
+                    f"hidden layer {idx} out of range (0..{len(layers) - 1})"
+                )
             self._hook = layers[idx].register_forward_hook(self._capture)
         self.cache = self._new_cache()
 

@@ -20,7 +20,12 @@ class Context:
     """Tokens of ``R`` plus cached hidden states ``[capacity, H]`` and top-K ``[capacity, K]``."""
 
     def __init__(
-        self, prompt: list[int], capacity: int, hidden_size: int, top_k: int, device: Any,
+        self,
+        prompt: list[int],
+        capacity: int,
+        hidden_size: int,
+        top_k: int,
+        device: Any,
         cost: CostModel,
     ) -> None:
         import torch
@@ -30,7 +35,8 @@ class Context:
         self.cost = cost
         self.hidden: torch.Tensor | None = (
             torch.zeros(capacity, hidden_size, dtype=torch.float32, device=device)
-            if hidden_size else None
+            if hidden_size
+            else None
         )
         self.topk: torch.Tensor | None = (
             torch.zeros(capacity, top_k, dtype=torch.long, device=device) if top_k else None
@@ -46,7 +52,7 @@ class Context:
         return self.tokens[self.prompt_len :]
 
     def record(self, start: int, hidden: torch.Tensor | None, topk: torch.Tensor | None) -> None:
-        """Store rows for positions ``start .. start + m - 1`` (``hidden [m, H]``, ``topk [m, K]``)."""
+        """Store rows for positions ``start ..`` (``hidden [m, H]``, ``topk [m, K]``)."""
         import torch
 
         if hidden is not None and self.hidden is not None:

@@ -19,7 +19,7 @@ class CostModel:
         self.prior_slope = PRIOR_SLOPE.get(device_type, 0.065)
         self.decay = decay
         self._w = self._sx = self._sy = self._sxx = self._sxy = 0.0
-        self._prior_w = 0.5
+        self._prior_w = 0.05  # weight of the prior, in observations
         self._prior: tuple[float, float] | None = None  # (a, b) anchored at the first pass
         self.a = 0.0  # seconds of a single-token pass
         self.b = 0.0  # extra seconds per additional token
@@ -39,18 +39,16 @@ class CostModel:
         self._fit()
 
     def _fit(self) -> None:
+        """Ridge-regularised least squares: the prior line pulls ``a`` and ``b`` only where
+        the measurements say little (e.g. every pass had the same size)."""
         a0, b0 = self._prior
-        pw = self._prior_w  # two pseudo-points of the prior line, at x=0 and x=63
-        w = self._w + 2 * pw
-        sx = self._sx + pw * 63
-        sy = self._sy + pw * (2 * a0 + 63 * b0)
-        sxx = self._sxx + pw * 63 * 63
-        sxy = self._sxy + pw * 63 * (a0 + 63 * b0)
-        den = w * sxx - sx * sx
-        b = (w * sxy - sx * sy) / den if den > 1e-12 else b0
-        b = max(b, 0.0)
-        a = max((sy - b * sx) / w, 1e-9)
-        self.a, self.b = a, b
+        la, lb = self._prior_w, self._prior_w * 32 * 32
+        m11, m12, m22 = self._w + la, self._sx, self._sxx + lb
+        r1, r2 = self._sy + la * a0, self._sxy + lb * b0
+        det = m11 * m22 - m12 * m12
+        a = (r1 * m22 - m12 * r2) / det
+        b = (m11 * r2 - m12 * r1) / det
+        self.a, self.b = max(a, 1e-9), max(b, 0.0)
 
     def ratio(self, n: int) -> float:
         """Cost of a pass over ``n`` tokens in units of a single-token pass."""

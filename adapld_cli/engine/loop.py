@@ -74,7 +74,10 @@ def generate(
 
 
 def _decode(
-    runner: ModelRunner, prompt: list[int], config: GenerationConfig, drafter: Drafter,
+    runner: ModelRunner,
+    prompt: list[int],
+    config: GenerationConfig,
+    drafter: Drafter,
     stops: StopChecker,
 ) -> Iterator[StepEvent]:
     stats = Stats(method=drafter.name, prompt_tokens=len(prompt))
@@ -82,7 +85,11 @@ def _decode(
     hidden_size = runner.model.config.hidden_size if drafter.wants_hidden else 0
     top_k = drafter.wants_topk
     ctx = Context(
-        prompt, len(prompt) + config.max_new_tokens + 1, hidden_size, top_k, runner.device,
+        prompt,
+        len(prompt) + config.max_new_tokens + 1,
+        hidden_size,
+        top_k,
+        runner.device,
         CostModel(runner.device.type),
     )
     t0 = time.perf_counter()

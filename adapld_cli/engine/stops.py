@@ -41,9 +41,9 @@ class StopChecker:
             j = self._string_end(generated, first, first + keep)
             if j is not None:
                 keep, reason = j - first + 1, "stop_string"
-        if first + keep >= self.max_new:
-            if first + keep > self.max_new or reason is None:
-                keep, reason = self.max_new - first, "max_new_tokens"
+        over = first + keep - self.max_new
+        if over > 0 or (over == 0 and reason is None):
+            keep, reason = self.max_new - first, "max_new_tokens"
         return keep, reason
 
     def _string_end(self, generated: list[int], first: int, end: int) -> int | None:

@@ -172,7 +172,11 @@ class AdaPLDDrafter:
         if s.cursor and self.cursor is not None:
             c = self.cursor
             i = bisect_left(hits, c)
-            near = [h for h in hits[max(0, i - 1) : i + 1] if CURSOR_SLACK[0] <= h - c <= CURSOR_SLACK[1]]
+            near = [
+                h
+                for h in hits[max(0, i - 1) : i + 1]
+                if CURSOR_SLACK[0] <= h - c <= CURSOR_SLACK[1]
+            ]
             if near:
                 return min(near, key=lambda h: abs(h - c)), True
         P = ctx.pending
@@ -204,11 +208,12 @@ class AdaPLDDrafter:
         one (cosine) and draft their top-K predictions, each with one cached successor."""
         s, P = self.s, ctx.pending
         lo = 1 if s.window <= 0 else max(1, P - s.window)
-        if P - 1 <= lo:
+        if lo >= P - 1:
             return
         sims = ctx.hidden[lo - 1 : P - 1] @ ctx.hidden[P - 1]  # [P-lo]: state before j vs before P
         vals, idx = sims.topk(min(s.tau, sims.shape[0]))
-        starts = [lo + int(i) for v, i in zip(vals.tolist(), idx.tolist()) if v >= s.sim_floor]
+        pairs = zip(vals.tolist(), idx.tolist(), strict=True)
+        starts = [lo + int(i) for v, i in pairs if v >= s.sim_floor]
         if not starts:
             return
         self._last = _Last(kind="semantic")

@@ -1,0 +1,149 @@
+"""Unit tests of the engine's parts: n-gram index, tree mask, acceptance walk, stops,
+cache compaction, cost model."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+from adapld_cli.engine.adapter import ModelRunner, UnsupportedModelError
+from adapld_cli.engine.cost import CostModel
+from adapld_cli.engine.ngram import NgramIndex
+from adapld_cli.engine.stops import StopChecker
+from adapld_cli.engine.tree import DraftTree, accept, tree_mask
+from adapld_cli.engine.types import GenerationConfig, Source
+from tests.tiny_models import tiny_model
+
+
+def test_ngram_index_matches_brute_force():
+    rng = random.Random(1)
+    toks = [rng.randrange(5) for _ in range(300)]
+    idx = NgramIndex(1, 4)
+    for chunk_start in range(0, len(toks), 7):  # incremental appends
+        idx.extend(toks[chunk_start : chunk_start + 7])
+        seen = toks[: chunk_start + 7]
+        for n in range(1, 5):
+            if len(seen) < n:
+                continue
+            key = seen[-n:]
+            brute = [e for e in range(n - 1, len(seen) - 1) if seen[e - n + 1 : e + 1] == key]
+            assert idx.query(n) == brute
+    n, hits = idx.longest_match()
+    assert n == max(k for k in range(1, 5) if idx.query(k)) and hits == idx.query(n)
+
+
+def random_tree(rng: random.Random, n: int) -> DraftTree:
+    tree = DraftTree.root(0)
+    while len(tree) < n:
+        tree.add(rng.randrange(40), rng.randrange(len(tree)), Source.LEXICAL)
+    return tree
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_tree_mask_matches_ancestor_check(seed):
+    rng = random.Random(seed)
+    tree = random_tree(rng, 12)
+    past = 5
+    mask = tree_mask(tree.parents, past, torch.float32, "cpu")[0, 0]
+    assert mask.shape == (12, past + 12)
+    assert (mask[:, :past] == 0).all()
+    for i in range(12):
+        anc, j = set(), i
+        while j >= 0:
+            anc.add(j)
+            j = tree.parents[j]
+        for k in range(12):
+            expected = 0.0 if k in anc else torch.finfo(torch.float32).min
+            assert mask[i, past + k].item() == expected
+    # depths follow parents
+    for i, p in enumerate(tree.parents):
+        assert tree.depths[i] == (0 if p < 0 else tree.depths[p] + 1)
+
+
+def test_accept_walk():
+    tree = DraftTree.root(7)
+    a = tree.add(1, 0, Source.LEXICAL)
+    b = tree.add(2, a, Source.LEXICAL)
+    c = tree.add(3, 0, Source.BRANCH)
+    d = tree.add(4, c, Source.BRANCH)
+    assert tree.add(1, 0, Source.BRANCH) == a  # sibling with the same token is merged
+    model_says = {0: 3, c: 4, d: 9, a: 2, b: 5}
+    path, bonus = accept(tree, model_says.__getitem__)
+    assert path == [0, c, d] and bonus == 9
+    path, bonus = accept(tree, {0: 8}.__getitem__)
+    assert path == [0] and bonus == 8
+    assert not tree.is_chain
+
+
+class CharTokenizer:
+    """Decodes ids as characters of an alphabet (stop-string logic only needs ``decode``)."""
+
+    alphabet = "abcdefghij`\n "
+
+    def decode(self, ids):
+        return "".join(self.alphabet[i] for i in ids)
+
+
+def test_stops_earliest_wins():
+    tok = CharTokenizer()
+    bt = tok.alphabet.index("`")
+    cfg = GenerationConfig(max_new_tokens=100, stop_strings=("```",), stop_token_ids=(9,))
+    sc = StopChecker(cfg, tok, None)
+    gen = [0, 1, bt, bt, bt, 2, 9]
+    assert sc.cut(gen, 6) == (4, "stop_string")  # completes at the third backtick
+    assert sc.cut([0, 1, 9, bt, bt, bt], 5) == (2, "eos")
+    assert sc.cut([0, 1, 2], 2) == (2, None)
+    sc2 = StopChecker(GenerationConfig(max_new_tokens=5), tok, 9)
+    assert sc2.cut([0, 1, 2, 3, 4, 5, 6], 4) == (2, "max_new_tokens")
+    assert sc2.cut([0, 1, 2, 3, 9, 5, 6], 4) == (2, "eos")
+    # the stop string may straddle steps
+    assert sc.cut([0, bt, bt, bt], 1) == (1, "stop_string")
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2", "gpt2"])
+def test_cache_compaction_matches_recompute(arch):
+    model = tiny_model(arch)
+    rng = random.Random(0)
+    prefix = [rng.randrange(40) for _ in range(20)]
+    runner = ModelRunner(model, hidden_layer=None, want_hidden=True)
+    runner.prefill(prefix[:-1], top_k=0)
+    tree = random_tree(rng, 10)
+    tree.tokens[0] = prefix[-1]
+    out = runner.step(tree.tokens, tree.depths, tree_mask(tree.parents, 19, model.dtype, "cpu"))
+    # take a root-to-leaf path that is not a contiguous prefix of the node list
+    leaf = max(range(len(tree)), key=lambda i: (tree.depths[i], i))
+    path, j = [], leaf
+    while j >= 0:
+        path.append(j)
+        j = tree.parents[j]
+    path.reverse()
+    runner.keep(19, path)
+    seq = prefix + [tree.tokens[i] for i in path[1:]]
+    assert runner.cache_len == len(seq)
+    nxt = runner.step([5], None, None).logits[0]
+    with torch.no_grad():
+        full = model(torch.tensor([seq + [5]])).logits[0, -1]
+    torch.testing.assert_close(nxt, full, rtol=1e-9, atol=1e-9)
+    # tree logits equal sequential logits along the path too
+    with torch.no_grad():
+        ref = model(torch.tensor([seq])).logits[0, len(prefix) - 1 :]
+    torch.testing.assert_close(out.logits[path], ref, rtol=1e-9, atol=1e-9)
+
+
+def test_unsupported_model_is_a_clear_error():
+    from transformers import T5Config, T5ForConditionalGeneration
+
+    cfg = T5Config(vocab_size=32, d_model=16, d_ff=32, num_layers=1, num_heads=2, d_kv=8)
+    with pytest.raises(UnsupportedModelError, match="encoder-decoder"):
+        ModelRunner(T5ForConditionalGeneration(cfg), hidden_layer=None, want_hidden=False)
+
+
+def test_cost_model_learns_slope():
+    cm = CostModel("cpu")
+    for _ in range(30):
+        cm.observe(1, 0.1)
+        cm.observe(33, 0.1 * (1 + 0.5 * 32))
+    assert cm.ratio(1) == pytest.approx(1.0)
+    assert cm.ratio(33) == pytest.approx(17.0, rel=0.1)

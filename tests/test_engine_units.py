@@ -14,7 +14,13 @@ from adapld_cli.engine.ngram import NgramIndex
 from adapld_cli.engine.stops import StopChecker
 from adapld_cli.engine.tree import DraftTree, accept, tree_mask
 from adapld_cli.engine.types import GenerationConfig, Source
-from tests.tiny_models import tiny_model
+from tests.tiny_models import one_thread, tiny_model
+
+
+@pytest.fixture(autouse=True)
+def _single_thread():
+    with one_thread():
+        yield
 
 
 def test_ngram_index_matches_brute_force():

@@ -7,6 +7,24 @@ import random
 VOCAB = 48
 
 
+def one_thread():
+    """Context for tiny-model tests: torch's thread pool only slows down 32-wide layers."""
+    import contextlib
+
+    import torch
+
+    @contextlib.contextmanager
+    def ctx():
+        old = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            yield
+        finally:
+            torch.set_num_threads(old)
+
+    return ctx()
+
+
 def tiny_model(arch: str, seed: int = 0, dtype: str = "float64"):
     import torch
     from transformers import (
@@ -24,11 +42,17 @@ def tiny_model(arch: str, seed: int = 0, dtype: str = "float64"):
         cfg = GPT2Config(n_embd=32, n_layer=2, n_head=4, n_positions=1024, **common)
         model = GPT2LMHeadModel(cfg)
     else:
-        cls_cfg, cls = (Qwen2Config, Qwen2ForCausalLM) if arch == "qwen2" else (
-            LlamaConfig, LlamaForCausalLM)
+        cls_cfg, cls = (
+            (Qwen2Config, Qwen2ForCausalLM) if arch == "qwen2" else (LlamaConfig, LlamaForCausalLM)
+        )
         cfg = cls_cfg(
-            hidden_size=32, intermediate_size=64, num_hidden_layers=3, num_attention_heads=4,
-            num_key_value_heads=2, max_position_embeddings=1024, **common,
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=3,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            max_position_embeddings=1024,
+            **common,
         )
         model = cls(cfg)
     model = model.to(getattr(torch, dtype)).eval()

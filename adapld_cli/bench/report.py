@@ -1,0 +1,230 @@
+"""Summaries and renderings of benchmark rows: JSON document, Markdown, Rich table.
+
+Contract: :func:`summarize` turns the per-(task, method) rows of
+:class:`~adapld_cli.bench.runner.BenchRunner` into one summary per method; :func:`document`
+builds the JSON document (top-level ``meta``, ``methods`` = method -> summary, ``tasks`` = the
+rows, ``skipped``, ``problems``); :func:`markdown` and :func:`rich_table` render it.
+:func:`problems` lists greedy outputs that differ from ``ar`` (always a bug: the methods are
+lossless) — the CLI prints them loudly and exits 1.
+
+Summary keys: ``tasks``, ``new_tokens``, ``total_s``, ``tok_s`` (end-to-end tokens/s over all
+tasks), ``prefill_s``, ``decode_s``, ``decode_tok_s``, ``speedup_vs_ar`` (geometric mean over
+tasks of the per-task end-to-end tokens/s ratio to ``ar``), ``speedup_median``,
+``speedup_min``, ``speedup_max``, ``forward_passes`` (F), ``mean_accepted`` (T = tokens per
+decode pass), ``draft_acceptance``, ``lexical_nohit_rate``, ``semantic_steps``,
+``semantic_accepted``, ``branch_steps``, ``branch_accepted``, ``peak_rss_mb``,
+``identical_to_ar`` (tasks; ``None`` without ``ar``), ``compared_to_ar``, ``pass_at_1``
+(``None`` without tests), ``accept_hist``, ``stop_reasons``.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from typing import Any
+
+
+def summarize(rows: list[dict[str, Any]], methods: list[str]) -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {}
+    for method in methods:
+        rs = [r for r in rows if r["method"] == method]
+        if not rs:
+            continue
+        out[method] = _summary(rs)
+    return out
+
+
+def _summary(rs: list[dict[str, Any]]) -> dict[str, Any]:
+    def total(key: str) -> float:
+        return sum(r[key] or 0 for r in rs)
+
+    n_tok = int(total("new_tokens"))
+    t_all, t_dec = total("total_s"), total("decode_s")
+    passes = int(total("forward_passes"))
+    speed = [r["speedup_vs_ar"] for r in rs if r["speedup_vs_ar"]]
+    compared = [r for r in rs if r["identical_to_ar"] is not None]
+    tested = [r for r in rs if r["passed"] is not None]
+    lex = total("lexical_steps") + total("lexical_nohit_steps")
+    hist: dict[int, int] = {}
+    stops: dict[str, int] = {}
+    for r in rs:
+        for k, v in r["accept_hist"].items():
+            hist[int(k)] = hist.get(int(k), 0) + v
+        stops[str(r["stop_reason"])] = stops.get(str(r["stop_reason"]), 0) + 1
+    peaks = [r["peak_rss_mb"] for r in rs if r["peak_rss_mb"] is not None]
+    drafted = total("drafted_tokens")
+    return {
+        "tasks": len(rs),
+        "new_tokens": n_tok,
+        "total_s": round(t_all, 3),
+        "tok_s": round(n_tok / t_all, 3) if t_all > 0 else 0.0,
+        "prefill_s": round(total("prefill_s"), 3),
+        "decode_s": round(t_dec, 3),
+        "decode_tok_s": round(n_tok / t_dec, 3) if t_dec > 0 else 0.0,
+        "speedup_vs_ar": round(geomean(speed), 4) if speed else None,
+        "speedup_median": round(statistics.median(speed), 4) if speed else None,
+        "speedup_min": round(min(speed), 4) if speed else None,
+        "speedup_max": round(max(speed), 4) if speed else None,
+        "forward_passes": passes,
+        "mean_accepted": round(n_tok / passes, 4) if passes else 0.0,
+        "drafted_tokens": int(drafted),
+        "accepted_draft_tokens": int(total("accepted_draft_tokens")),
+        "draft_acceptance": round(total("accepted_draft_tokens") / drafted, 4) if drafted else None,
+        "lexical_nohit_rate": round(total("lexical_nohit_steps") / lex, 4) if lex else None,
+        "lexical_accepted": int(total("lexical_accepted")),
+        "semantic_steps": int(total("semantic_steps")),
+        "semantic_accepted": int(total("semantic_accepted")),
+        "branch_steps": int(total("branch_steps")),
+        "branch_accepted": int(total("branch_accepted")),
+        "peak_rss_mb": round(max(peaks), 1) if peaks else None,
+        "identical_to_ar": sum(1 for r in compared if r["identical_to_ar"]) if compared else None,
+        "compared_to_ar": len(compared),
+        "pass_at_1": round(sum(1 for r in tested if r["passed"]) / len(tested), 4)
+        if tested
+        else None,
+        "tests_run": len(tested),
+        "accept_hist": {str(k): v for k, v in sorted(hist.items())},
+        "stop_reasons": stops,
+    }
+
+
+def geomean(values: list[float]) -> float:
+    vals = [v for v in values if v and v > 0]
+    return math.exp(sum(math.log(v) for v in vals) / len(vals)) if vals else 0.0
+
+
+def problems(summary: dict[str, dict[str, Any]], rows: list[dict[str, Any]]) -> list[str]:
+    """One line per greedy output that differs from ar (every method here is lossless)."""
+    out = []
+    for r in rows:
+        if r["identical_to_ar"] is False:
+            out.append(
+                f"{r['method']} differs from ar on {r['task']} (first differing token at "
+                f"{r['first_diff']}; {r['new_tokens']} tokens)"
+            )
+    return out
+
+
+def document(
+    meta: dict[str, Any],
+    rows: list[dict[str, Any]],
+    methods: list[str],
+    skipped: list[dict[str, str]] | None = None,
+    reference_pass: dict[str, bool] | None = None,
+) -> dict[str, Any]:
+    summary = summarize(rows, methods)
+    return {
+        "meta": meta,
+        "methods": summary,
+        "tasks": rows,
+        "skipped": skipped or [],
+        "reference_pass": reference_pass or {},
+        "problems": problems(summary, rows),
+    }
+
+
+# -- rendering ---------------------------------------------------------------------------
+# header, summary key, format; two tables so each fits an 80-column terminal
+SPEED_COLUMNS = (
+    ("method", None, None),
+    ("tasks", "tasks", "{:d}"),
+    ("tokens", "new_tokens", "{:d}"),
+    ("e2e s", "total_s", "{:.1f}"),
+    ("tok/s", "tok_s", "{:.2f}"),
+    ("decode tok/s", "decode_tok_s", "{:.2f}"),
+    ("speedup", "speedup_vs_ar", "{:.2f}x"),
+    ("median", "speedup_median", "{:.2f}x"),
+    ("= ar", None, None),
+    ("pass@1", "pass_at_1", "{:.0%}"),
+)
+DRAFT_COLUMNS = (
+    ("method", None, None),
+    ("F", "forward_passes", "{:d}"),
+    ("T", "mean_accepted", "{:.2f}"),
+    ("draft acc", "draft_acceptance", "{:.0%}"),
+    ("no-hit", "lexical_nohit_rate", "{:.0%}"),
+    ("sem steps/acc", None, None),
+    ("branch steps/acc", None, None),
+    ("peak MiB", "peak_rss_mb", "{:.0f}"),
+)
+
+
+def _cell(header: str, key: str | None, fmt: str | None, name: str, s: dict[str, Any]) -> str:
+    if header == "method":
+        return name
+    if header == "sem steps/acc":
+        return f"{s['semantic_steps']}/{s['semantic_accepted']}"
+    if header == "branch steps/acc":
+        return f"{s['branch_steps']}/{s['branch_accepted']}"
+    if header == "= ar":
+        if s["identical_to_ar"] is None:
+            return "-"
+        return f"{s['identical_to_ar']}/{s['compared_to_ar']}"
+    value = s.get(key) if key else None
+    if value is None or fmt is None:
+        return "-"
+    return fmt.format(value)
+
+
+def table_cells(doc: dict[str, Any], columns: tuple = SPEED_COLUMNS) -> tuple[list, list]:
+    headers = [c[0] for c in columns]
+    body = [[_cell(*c, name, s) for c in columns] for name, s in doc["methods"].items()]
+    return headers, body
+
+
+def markdown(doc: dict[str, Any]) -> str:
+    """Speed and drafting tables, and a per-task table (end-to-end speedup over ar, and T)."""
+    lines: list[str] = []
+    for columns in (SPEED_COLUMNS, DRAFT_COLUMNS):
+        headers, body = table_cells(doc, columns)
+        if lines:
+            lines.append("")
+        lines += [_md_row(headers), _md_row(["---"] * len(headers))]
+        lines += [_md_row(r) for r in body]
+    methods = list(doc["methods"])
+    by_task: dict[str, dict[str, dict[str, Any]]] = {}
+    for r in doc["tasks"]:
+        by_task.setdefault(r["task"], {})[r["method"]] = r
+    if by_task:
+        lines += ["", _md_row(["task", "tokens", *[f"{m} x (T)" for m in methods]])]
+        lines.append(_md_row(["---"] * (len(methods) + 2)))
+        for task, per in by_task.items():
+            first = next(iter(per.values()))
+            cells = [task, str(first["new_tokens"])]
+            for m in methods:
+                r = per.get(m)
+                if r is None:
+                    cells.append("-")
+                    continue
+                sp = f"{r['speedup_vs_ar']:.2f}x" if r["speedup_vs_ar"] else "-"
+                mark = "" if r["identical_to_ar"] in (True, None) else " **≠ar**"
+                cells.append(f"{sp} ({r['mean_accepted']:.1f}){mark}")
+            lines.append(_md_row(cells))
+    return "\n".join(lines) + "\n"
+
+
+def _md_row(cells: list[str]) -> str:
+    return "| " + " | ".join(cells) + " |"
+
+
+def rich_table(doc: dict[str, Any]) -> Any:
+    """The speed table and the drafting table, as one Rich renderable."""
+    from rich import box
+    from rich.console import Group
+    from rich.table import Table
+
+    meta = doc.get("meta", {})
+    titles = (
+        f"adapld bench · {meta.get('model', '?')} · {meta.get('n_tasks', '?')} tasks · speed",
+        "drafting (F passes, T tokens/pass, no-hit = lexical misses, steps/accepted tokens)",
+    )
+    tables = []
+    for title, columns in zip(titles, (SPEED_COLUMNS, DRAFT_COLUMNS), strict=True):
+        headers, body = table_cells(doc, columns)
+        table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
+        for i, h in enumerate(headers):
+            table.add_column(h, justify="left" if i == 0 else "right", no_wrap=True)
+        for r in body:
+            table.add_row(*r)
+        tables.append(table)
+    return Group(*tables)

@@ -1,0 +1,194 @@
+"""The benchmark loop: every method on every task, interleaved, on the prompts `adapld edit` builds.
+
+Contract: :class:`BenchRunner` takes a loaded model (anything with ``.model`` and
+``.tokenizer``), tasks and :class:`BenchOptions`. :meth:`BenchRunner.run` first warms every
+method up on a short generation, then for each task builds the prompt with
+:class:`~adapld_cli.edit.EditSession` (the same prompt, stop strings, stop tokens and token
+budget as ``adapld edit``) and runs the methods one after another on it (task A: m1 m2 m3,
+task B: m1 m2 m3, ...), so load on a shared machine hits all methods alike. Each run becomes
+one row (a plain dict, JSON-ready) in :attr:`BenchRunner.rows`, appended as soon as it is
+measured, so an interrupted run keeps what it measured. Outputs are turned into files by the
+edit session's own extraction; with ``run_tests`` the task's test script runs against them.
+Greedy outputs are compared token for token with ``ar`` of the same task.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from adapld_cli.bench import memory, testrun
+from adapld_cli.bench.methods import MethodRun, run_method
+from adapld_cli.bench.tasks import Task
+from adapld_cli.engine.settings import AdaPLDSettings
+
+WARMUP_TOKENS = 16
+
+
+@dataclass
+class BenchOptions:
+    methods: list[str]
+    max_new_tokens: int | None = None  # None: the edit session's budget for each file
+    run_tests: bool = False
+    test_timeout: float = 30.0
+    template: str | None = None  # prompt template (name or file), as `adapld edit --prompt`
+    warmup: bool = True
+    settings: AdaPLDSettings | None = None
+    save_outputs: str | None = None  # folder: write each extracted file as <task>.<method>.py
+
+
+@dataclass
+class BenchRunner:
+    loaded: Any
+    tasks: list[Task]
+    options: BenchOptions
+    on_row: Callable[[dict[str, Any], int, int], None] | None = None  # row, index, total
+    on_skip: Callable[[str, str], None] | None = None  # task name, reason
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    skipped: list[dict[str, str]] = field(default_factory=list)
+    reference_pass: dict[str, bool] = field(default_factory=dict)
+    warmup_s: float = 0.0
+
+    def run(self) -> list[dict[str, Any]]:
+        from adapld_cli.edit import EditError, EditOptions, EditSession, decode_source
+
+        opts = self.options
+        session = EditSession(
+            self.loaded, EditOptions(max_new_tokens=opts.max_new_tokens), opts.template
+        )
+        prepared: list[tuple[Task, Any]] = []
+        for task in self.tasks:
+            try:
+                source = decode_source(task.before.encode("utf-8"), task.filename)
+                prepared.append((task, session.prepare(source, task.instruction)))
+            except EditError as exc:
+                self.skipped.append({"task": task.name, "reason": str(exc)})
+                if self.on_skip:
+                    self.on_skip(task.name, str(exc))
+        if opts.warmup and prepared:
+            self._warmup(prepared[0][1])
+        total = len(prepared) * len(opts.methods)
+        for task, prep in prepared:
+            task_rows: list[dict[str, Any]] = []
+            if opts.run_tests and task.tests and task.after is not None:
+                self.reference_pass[task.name] = testrun.passes(
+                    task.after, task.tests, opts.test_timeout
+                )
+            ar_row: dict[str, Any] | None = None
+            ar_tokens: list[int] | None = None
+            for method in opts.methods:
+                run = self._measure(method, prep.prompt.ids, prep.config)
+                result = session.judge(prep, run.tokens, run.stats, run.stop_reason)
+                row = _row(task, method, run, result)
+                if opts.run_tests and task.tests:
+                    row["passed"] = testrun.passes(result.new_text, task.tests, opts.test_timeout)
+                if opts.save_outputs:
+                    _save(opts.save_outputs, task, method, result.new_text)
+                row["_tokens"] = run.tokens
+                if method == "ar":
+                    ar_row, ar_tokens = row, run.tokens
+                    _compare(rows=[*task_rows, row], ar_row=ar_row, ar_tokens=ar_tokens)
+                elif ar_row is not None and ar_tokens is not None:
+                    _compare(rows=[row], ar_row=ar_row, ar_tokens=ar_tokens)
+                task_rows.append(row)
+                self.rows.append(row)
+                if self.on_row:
+                    self.on_row(row, len(self.rows), total)
+            for row in task_rows:
+                row.pop("_tokens", None)
+        return self.rows
+
+    def _measure(self, method: str, prompt_ids: list[int], config: Any) -> MethodRun:
+        model, tok = self.loaded.model, self.loaded.tokenizer
+        memory.reset_peak()
+        run = run_method(method, model, tok, prompt_ids, config, self.options.settings)
+        run.extra["peak_rss_mb"] = memory.peak_rss_mb()
+        return run
+
+    def _warmup(self, prep: Any) -> None:
+        """One short generation per method: lazy initialisation, allocator, caches."""
+        t0 = time.perf_counter()
+        config = dataclasses.replace(
+            prep.config, max_new_tokens=min(WARMUP_TOKENS, prep.config.max_new_tokens)
+        )
+        for method in self.options.methods:
+            run_method(
+                method,
+                self.loaded.model,
+                self.loaded.tokenizer,
+                prep.prompt.ids,
+                config,
+                self.options.settings,
+            )
+        self.warmup_s = time.perf_counter() - t0
+
+
+def _save(folder: str, task: Task, method: str, text: str) -> None:
+    from pathlib import Path
+
+    out = Path(folder)
+    out.mkdir(parents=True, exist_ok=True)
+    stem = task.filename.removesuffix(".py")
+    (out / f"{stem}.{method}.py").write_text(text, encoding="utf-8")
+
+
+def _row(task: Task, method: str, run: MethodRun, result: Any) -> dict[str, Any]:
+    s = run.stats
+    wall = run.wall_s
+    n_lex = s.lexical_steps + s.lexical_nohit_steps
+    return {
+        "task": task.name,
+        "method": method,
+        "prompt_tokens": s.prompt_tokens,
+        "new_tokens": s.new_tokens,
+        "stop_reason": run.stop_reason,
+        "status": result.status,
+        "total_s": round(wall, 4),
+        "prefill_s": round(s.prefill_s, 4),
+        "decode_s": round(s.decode_s, 4),
+        "tok_s": round(s.new_tokens / wall, 3) if wall > 0 else 0.0,
+        "decode_tok_s": round(s.decode_tok_s, 3),
+        "speedup_vs_ar": None,
+        "identical_to_ar": None,
+        "first_diff": None,
+        "forward_passes": s.forward_passes,
+        "mean_accepted": round(s.mean_accepted, 4),
+        "drafted_tokens": s.drafted_tokens,
+        "accepted_draft_tokens": s.accepted_draft_tokens,
+        "lexical_steps": s.lexical_steps,
+        "lexical_nohit_steps": s.lexical_nohit_steps,
+        "lexical_nohit_rate": round(s.lexical_nohit_steps / n_lex, 4) if n_lex else 0.0,
+        "lexical_accepted": s.lexical_accepted,
+        "semantic_steps": s.semantic_steps,
+        "semantic_accepted": s.semantic_accepted,
+        "branch_steps": s.branch_steps,
+        "branch_accepted": s.branch_accepted,
+        "accept_hist": {str(k): v for k, v in sorted(s.accept_hist.items())},
+        "peak_rss_mb": _round(run.extra.get("peak_rss_mb"), 1),
+        "passed": None,
+    }
+
+
+def _compare(*, rows: list[dict[str, Any]], ar_row: dict[str, Any], ar_tokens: list[int]) -> None:
+    """Fill ``identical_to_ar``, ``first_diff`` and ``speedup_vs_ar`` of ``rows`` against ar."""
+    for row in rows:
+        tokens = row.get("_tokens")
+        if tokens is None:
+            continue
+        same = tokens == ar_tokens
+        row["identical_to_ar"] = same
+        if not same:
+            n = min(len(tokens), len(ar_tokens))
+            row["first_diff"] = next((i for i in range(n) if tokens[i] != ar_tokens[i]), n)
+        ar_rate, rate = ar_row["tok_s"], row["tok_s"]
+        row["speedup_vs_ar"] = round(rate / ar_rate, 4) if ar_rate > 0 and rate > 0 else None
+
+
+def _round(value: float | None, digits: int) -> float | None:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return None
+    return round(value, digits)

@@ -1,0 +1,1 @@
+"""Bundled data files (the `adapld demo` sample). Read with importlib.resources."""

@@ -1,0 +1,37 @@
+"""Errors of the edit layer, each carrying the process exit code the CLI should use.
+
+Contract: ``str(error)`` is one user-facing line (no traceback needed); ``error.exit_code`` is
+2 for bad usage or input (missing path, binary file, empty instruction, file too long for the
+model's context) and 1 for a result refused by a safety check. Interruption is not an error
+class: ``KeyboardInterrupt`` propagates and the CLI maps it to 130.
+"""
+
+from __future__ import annotations
+
+EXIT_OK = 0
+EXIT_REFUSED = 1
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
+
+
+class EditError(Exception):
+    """Base class: a one-line message and an exit code."""
+
+    exit_code: int = EXIT_USAGE
+
+    def __init__(self, message: str, *, exit_code: int | None = None) -> None:
+        super().__init__(message)
+        if exit_code is not None:
+            self.exit_code = exit_code
+
+
+class InputError(EditError):
+    """The input cannot be edited (bad path, binary or non-UTF-8 file, too long...). Exit 2."""
+
+    exit_code = EXIT_USAGE
+
+
+class RefusedError(EditError):
+    """A safety check refused to write the model's output. Exit 1."""
+
+    exit_code = EXIT_REFUSED

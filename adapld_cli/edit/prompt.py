@@ -1,0 +1,189 @@
+"""Prompt templates and the conversation sent to the model; extraction of the edited file.
+
+Template files (``prompts/*.txt``, shipped as ``adapld_cli.prompts``) are plain text::
+
+    # comment lines at the top are ignored
+    [system]            (optional)
+    ...text...
+    [user]
+    ...text with {source}, {instruction}, {filename}, {language}...
+    [assistant]         (optional: text the answer starts with, before the code fence)
+
+``{source}`` expands to the file inside a code fence tagged with the language. Placeholders
+are substituted in one pass, so braces or placeholder names inside the file or the
+instruction are left alone.
+
+Contract of :func:`build_prompt`: the rendered chat (through the tokenizer's chat template,
+or a plain fallback when it has none) ends with the assistant turn opened by the code fence
+and a newline, so the model's first token is the first token of the file. Generation should
+stop at :attr:`Prompt.stop_string` (newline + closing fence); :func:`extract_file` turns the
+generated text back into the file, restoring the original's trailing-newline state.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from adapld_cli.edit.errors import InputError
+from adapld_cli.edit.syntax import display_name
+
+DEFAULT_TEMPLATE = "default"
+_PLACEHOLDER = re.compile(r"\{(source|instruction|filename|language)\}")
+_SECTION = re.compile(r"^\[(system|user|assistant)\][ \t]*$", re.MULTILINE)
+
+
+@dataclass(frozen=True)
+class PromptTemplate:
+    name: str
+    user: str
+    system: str | None = None
+    assistant_prefix: str = ""
+
+
+def available_templates() -> list[str]:
+    """Names of the bundled templates."""
+    return sorted(p.name[:-4] for p in _template_dir().iterdir() if p.name.endswith(".txt"))
+
+
+def _template_dir() -> Any:
+    """The bundled templates folder (installed package, or the repository's prompts/)."""
+    import importlib.resources
+
+    try:
+        return importlib.resources.files("adapld_cli.prompts")
+    except ModuleNotFoundError:  # running from a source tree without installation
+        return Path(__file__).resolve().parents[2] / "prompts"
+
+
+def load_template(spec: str | None = None) -> PromptTemplate:
+    """Load a bundled template by name, or a template file by path (contains ``/`` or ends
+    with ``.txt``). Raises :class:`InputError` for unknown names and malformed files."""
+    spec = spec or DEFAULT_TEMPLATE
+    if "/" in spec or "\\" in spec or spec.endswith(".txt"):
+        path = Path(spec)
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise InputError(f"--prompt {spec}: cannot read template ({exc})") from None
+        return parse_template(text, path.stem)
+    resource = _template_dir() / f"{spec}.txt"
+    if not resource.is_file():
+        names = ", ".join(available_templates())
+        raise InputError(f"--prompt {spec}: no such template (bundled: {names}; or give a path)")
+    return parse_template(resource.read_text(encoding="utf-8"), spec)
+
+
+def parse_template(text: str, name: str = "custom") -> PromptTemplate:
+    """Parse the template format described in the module docstring."""
+    lines = text.splitlines(keepends=True)
+    while lines and lines[0].startswith("#"):
+        lines.pop(0)
+    body = "".join(lines)
+    parts = _SECTION.split(body)
+    sections: dict[str, str] = {}
+    for i in range(1, len(parts) - 1, 2):
+        sections[parts[i]] = parts[i + 1].strip("\n")
+    if parts[0].strip():
+        raise InputError(f"prompt template {name}: text before the first [section]")
+    if "user" not in sections:
+        raise InputError(f"prompt template {name}: missing the [user] section")
+    if "{source}" not in sections["user"]:
+        raise InputError(f"prompt template {name}: the [user] section must contain {{source}}")
+    prefix = sections.get("assistant", "")
+    return PromptTemplate(
+        name=name,
+        user=sections["user"],
+        system=sections.get("system") or None,
+        assistant_prefix=prefix + "\n" if prefix else "",
+    )
+
+
+def fence_for(text: str) -> str:
+    """A backtick fence longer than any backtick run that starts a line of ``text``."""
+    runs = [len(m.group(1)) for m in re.finditer(r"(?m)^[ \t]*(`{3,})", text)]
+    return "`" * max(3, max(runs, default=0) + 1)
+
+
+@dataclass(frozen=True)
+class Prompt:
+    """The rendered prompt and how to read the answer."""
+
+    text: str
+    ids: list[int]
+    fence: str
+    stop_string: str  # "\n" + fence
+
+
+def render(
+    template: PromptTemplate,
+    tokenizer: Any,
+    *,
+    code: str,
+    instruction: str,
+    filename: str,
+    lang: str | None,
+) -> tuple[str, str]:
+    """The prompt text (ending in the opened fence) and the fence used."""
+    fence = fence_for(code)
+    tag = lang or ""
+    block = f"{fence}{tag}\n{code}{'' if code.endswith(chr(10)) or not code else chr(10)}{fence}"
+    values = {
+        "source": block,
+        "instruction": instruction.strip(),
+        "filename": filename,
+        "language": display_name(lang),
+    }
+    user = _PLACEHOLDER.sub(lambda m: values[m.group(1)], template.user)
+    system = (
+        _PLACEHOLDER.sub(lambda m: values[m.group(1)], template.system) if template.system else None
+    )
+    messages = ([{"role": "system", "content": system}] if system else []) + [
+        {"role": "user", "content": user}
+    ]
+    opening = f"{template.assistant_prefix}{fence}{tag}\n"
+    if getattr(tokenizer, "chat_template", None):
+        chat = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    else:
+        chat = "".join(f"{m['content']}\n\n" for m in messages)
+    return chat + opening, fence
+
+
+def build_prompt(
+    template: PromptTemplate,
+    tokenizer: Any,
+    *,
+    code: str,
+    instruction: str,
+    filename: str,
+    lang: str | None,
+) -> Prompt:
+    """Render and tokenize the prompt for one file."""
+    text, fence = render(
+        template, tokenizer, code=code, instruction=instruction, filename=filename, lang=lang
+    )
+    ids = list(tokenizer(text, add_special_tokens=False)["input_ids"])
+    return Prompt(text=text, ids=ids, fence=fence, stop_string="\n" + fence)
+
+
+def extract_file(generated: str, fence: str, *, trailing_newline: bool) -> tuple[str, bool]:
+    """The edited file from the generated text, and whether the closing fence was seen.
+
+    The text before the first line that starts with ``fence`` is the file (a file emitted as
+    an empty block counts). The newline before the fence belongs to the fence; the result
+    ends with a newline exactly when the original did (blank lines the model added at the end
+    are kept).
+    """
+    if generated.startswith(fence):
+        body, closed = "", True
+    else:
+        idx = generated.find("\n" + fence)
+        closed = idx >= 0
+        body = generated[:idx] if closed else generated
+        if not closed and body.endswith("\n"):
+            body = body[:-1]
+    if trailing_newline and body:
+        body += "\n"
+    return body, closed

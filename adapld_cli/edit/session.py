@@ -1,0 +1,285 @@
+"""One edit of one file: prompt, generation through the engine, safety checks, result.
+
+Contract: :class:`EditSession` loads nothing itself. It gets a loaded model (anything with
+``.model`` and ``.tokenizer``, normally :class:`adapld_cli.model.LoadedModel`), builds the
+prompt, drives :func:`adapld_cli.engine.stream` and hands every :class:`StepEvent` to an
+optional callback (the live panel). It never writes files: :meth:`EditSession.edit` returns an
+:class:`EditResult` saying whether the output may be written (``status``) and why not.
+
+- Input problems found before generation (empty instruction, prompt + expected output over
+  the model's context) raise :class:`~adapld_cli.edit.errors.InputError` (exit 2).
+- After generation, ``status`` is ``"changed"``, ``"unchanged"`` or ``"refused"`` (exit 1:
+  token limit hit before the closing fence, or the input parsed cleanly with tree-sitter and
+  the output does not, unless ``force``).
+- ``KeyboardInterrupt`` propagates (the caller writes nothing and exits 130); the engine's
+  generator is closed on the way out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from adapld_cli.edit.errors import EXIT_OK, EXIT_REFUSED, InputError
+from adapld_cli.edit.prompt import Prompt, PromptTemplate, build_prompt, extract_file, load_template
+from adapld_cli.edit.source import SourceFile, encode_like
+from adapld_cli.edit.syntax import (
+    DefinitionChanges,
+    SyntaxIssue,
+    changed_definitions,
+    first_syntax_error,
+    language_for,
+)
+from adapld_cli.engine.types import GenerationConfig, Stats, StepEvent
+
+METHODS = ("adapld", "pld", "ar")
+_STOP_TOKENS = ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|end|>", "</s>")
+_OUTPUT_SLACK = 16  # tokens beyond the file's own length that the model needs (fence, eos)
+
+
+@dataclass(frozen=True)
+class EditOptions:
+    """How to generate. ``max_new_tokens=None`` picks a budget from the file's length
+    (twice its tokens + 256, capped by the context left after the prompt)."""
+
+    method: str = "adapld"
+    max_new_tokens: int | None = None
+    temperature: float = 0.0
+    top_p: float = 1.0
+    seed: int | None = None
+    force: bool = False
+    settings: Any = None  # AdaPLDSettings for method "adapld"; None = engine defaults
+
+
+@dataclass
+class PreparedEdit:
+    """A prompt ready to generate, with the budget that passed the context check."""
+
+    source: SourceFile
+    instruction: str
+    lang: str | None
+    prompt: Prompt
+    config: GenerationConfig
+    source_tokens: int
+    context_limit: int | None
+
+
+@dataclass
+class EditResult:
+    """The outcome of one edit. ``new_text`` is the extracted file (``\\n`` line endings), also
+    when refused (for inspection); write :attr:`new_bytes` only when ``status == "changed"``."""
+
+    source: SourceFile
+    lang: str | None
+    status: str  # "changed" | "unchanged" | "refused"
+    new_text: str
+    stats: Stats
+    stop_reason: str | None
+    message: str | None = None  # why it was refused
+    syntax_error: SyntaxIssue | None = None
+    changes: DefinitionChanges | None = None
+    tokens: list[int] = field(default_factory=list)
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_REFUSED if self.status == "refused" else EXIT_OK
+
+    @property
+    def new_bytes(self) -> bytes:
+        """The edited file encoded like the original (encoding, BOM, line endings)."""
+        return encode_like(self.new_text, self.source)
+
+
+def context_limit(loaded: Any) -> int | None:
+    """Longest sequence the model takes: ``max_position_embeddings`` and the tokenizer's
+    ``model_max_length`` (when it is a real limit, not transformers' huge sentinel)."""
+    limits = []
+    config = getattr(loaded.model, "config", None)
+    for attr in ("max_position_embeddings", "n_positions", "max_sequence_length"):
+        value = getattr(config, attr, None)
+        if isinstance(value, int) and value > 0:
+            limits.append(value)
+            break
+    tok_max = getattr(loaded.tokenizer, "model_max_length", None)
+    if isinstance(tok_max, int) and 0 < tok_max < 10_000_000:
+        limits.append(tok_max)
+    return min(limits) if limits else None
+
+
+def stop_token_ids(loaded: Any) -> tuple[int, ...]:
+    """End-of-turn ids: the tokenizer's eos, the model's generation config eos ids, and the
+    usual chat end markers present in the vocabulary."""
+    tok = loaded.tokenizer
+    ids: set[int] = set()
+    if getattr(tok, "eos_token_id", None) is not None:
+        ids.add(int(tok.eos_token_id))
+    gen = getattr(loaded.model, "generation_config", None)
+    eos = getattr(gen, "eos_token_id", None)
+    if isinstance(eos, int):
+        ids.add(eos)
+    elif isinstance(eos, (list, tuple)):
+        ids.update(int(i) for i in eos)
+    unk = getattr(tok, "unk_token_id", None)
+    for text in _STOP_TOKENS:
+        try:
+            tid = tok.convert_tokens_to_ids(text)
+        except (KeyError, ValueError, TypeError):
+            continue
+        if isinstance(tid, int) and tid >= 0 and tid != unk:
+            ids.add(tid)
+    return tuple(sorted(ids))
+
+
+class EditSession:
+    """Edits files with one loaded model. Reuse it across files (the model loads once)."""
+
+    def __init__(
+        self,
+        loaded: Any,
+        options: EditOptions | None = None,
+        template: PromptTemplate | str | None = None,
+    ) -> None:
+        self.loaded = loaded
+        self.options = options or EditOptions()
+        if self.options.method not in METHODS:
+            raise InputError(
+                f"unknown method {self.options.method!r} (one of {', '.join(METHODS)})"
+            )
+        self.template = (
+            template if isinstance(template, PromptTemplate) else load_template(template)
+        )
+        self._limit = context_limit(loaded)
+        self._stop_ids = stop_token_ids(loaded)
+
+    # -- before generation -------------------------------------------------------------
+    def prepare(
+        self, source: SourceFile, instruction: str, lang: str | None = None
+    ) -> PreparedEdit:
+        """Build the prompt and check it fits; raises :class:`InputError`."""
+        if not instruction or not instruction.strip():
+            raise InputError("empty instruction: say what to change with -i TEXT")
+        lang = lang if lang is not None else language_for(source.name)
+        tok = self.loaded.tokenizer
+        prompt = build_prompt(
+            self.template,
+            tok,
+            code=source.text,
+            instruction=instruction,
+            filename=source.name,
+            lang=lang,
+        )
+        n_src = len(tok(source.text, add_special_tokens=False)["input_ids"])
+        needed = n_src + _OUTPUT_SLACK
+        budget = self.options.max_new_tokens
+        if budget is None:
+            budget = 2 * n_src + 256
+        if self._limit is not None:
+            room = self._limit - len(prompt.ids)
+            if room < needed:
+                raise InputError(
+                    f"{source.name}: too long for the model's context ({len(prompt.ids)} prompt "
+                    f"tokens + ~{needed} output tokens > {self._limit})"
+                )
+            budget = min(budget, room)
+        config = GenerationConfig(
+            max_new_tokens=max(1, budget),
+            stop_token_ids=self._stop_ids,
+            stop_strings=(prompt.stop_string,),
+            temperature=self.options.temperature,
+            top_p=self.options.top_p,
+            seed=self.options.seed,
+        )
+        return PreparedEdit(
+            source=source,
+            instruction=instruction,
+            lang=lang,
+            prompt=prompt,
+            config=config,
+            source_tokens=n_src,
+            context_limit=self._limit,
+        )
+
+    # -- generation --------------------------------------------------------------------
+    def run(
+        self, prepared: PreparedEdit, on_event: Callable[[StepEvent], None] | None = None
+    ) -> EditResult:
+        """Generate and judge the output (see the module contract)."""
+        from adapld_cli.engine import stream
+
+        tokens: list[int] = []
+        stats = Stats(method=self.options.method)
+        stop_reason: str | None = None
+        events = stream(
+            self.loaded.model,
+            prepared.prompt.ids,
+            prepared.config,
+            method=self.options.method,
+            tokenizer=self.loaded.tokenizer,
+            settings=self.options.settings,
+        )
+        try:
+            for event in events:
+                tokens.extend(event.tokens)
+                stats = event.stats
+                if on_event is not None:
+                    on_event(event)
+                if event.finished:
+                    stop_reason = event.stop_reason
+                    break
+        finally:
+            close = getattr(events, "close", None)
+            if close is not None:
+                close()
+        return self.judge(prepared, tokens, stats, stop_reason)
+
+    def judge(
+        self, prepared: PreparedEdit, tokens: list[int], stats: Stats, stop_reason: str | None
+    ) -> EditResult:
+        """Turn generated tokens into a result: extract the file and apply the checks."""
+        source = prepared.source
+        text = self.loaded.tokenizer.decode(tokens, skip_special_tokens=True)
+        new_text, closed = extract_file(
+            text, prepared.prompt.fence, trailing_newline=source.trailing_newline
+        )
+        result = EditResult(
+            source=source,
+            lang=prepared.lang,
+            status="changed",
+            new_text=new_text,
+            stats=stats,
+            stop_reason=stop_reason,
+            tokens=tokens,
+        )
+        if not closed and stop_reason not in ("eos", "stop_string"):
+            result.status = "refused"
+            result.message = (
+                f"generation hit the token limit ({prepared.config.max_new_tokens}) before the "
+                "end of the file; nothing written (raise --max-new-tokens)"
+            )
+            return result
+        if new_text == source.text:
+            result.status = "unchanged"
+            return result
+        result.changes = changed_definitions(source.text, new_text, prepared.lang)
+        if first_syntax_error(source.text, prepared.lang) is None:
+            issue = first_syntax_error(new_text, prepared.lang)
+            if issue is not None:
+                result.syntax_error = issue
+                if not self.options.force:
+                    result.status = "refused"
+                    result.message = (
+                        f"the edited file does not parse ({issue}); nothing written "
+                        "(--force writes it anyway)"
+                    )
+        return result
+
+    def edit(
+        self,
+        source: SourceFile,
+        instruction: str,
+        lang: str | None = None,
+        on_event: Callable[[StepEvent], None] | None = None,
+    ) -> EditResult:
+        """:meth:`prepare` then :meth:`run`."""
+        return self.run(self.prepare(source, instruction, lang), on_event)

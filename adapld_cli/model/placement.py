@@ -1,0 +1,78 @@
+"""Where the weights go and in which dtype, decided before anything is loaded.
+
+Contract: :func:`resolve_placement` maps the user's ``--device`` / ``--dtype`` to an accelerate
+``device_map`` and a torch dtype name. No device: ``device_map="auto"`` (all visible GPUs via
+accelerate) when CUDA is available, else CPU. ``"cpu"``, ``"cuda"``, ``"cuda:N"``, ``"mps"``
+force one. dtype ``"auto"`` is bfloat16 on CUDA (float16 where the GPU lacks bfloat16), float16
+on MPS, float32 on CPU. Unusable choices raise :class:`ModelError`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from adapld_cli.model.errors import ModelError
+
+DTYPES = ("float32", "float16", "bfloat16", "float64")
+
+
+@dataclass(frozen=True)
+class Placement:
+    """``device_map`` for ``from_pretrained``; ``device`` label; ``dtype`` name."""
+
+    device_map: Any
+    device: str
+    dtype: str
+
+    def torch_dtype(self) -> Any:
+        import torch
+
+        return getattr(torch, self.dtype)
+
+
+def _device(device: str | None) -> tuple[Any, str]:
+    import torch
+
+    if device is None or device.strip().lower() == "auto":
+        if torch.cuda.is_available():
+            return "auto", "cuda"
+        return {"": "cpu"}, "cpu"
+    name = device.strip().lower()
+    if name == "cpu":
+        return {"": "cpu"}, "cpu"
+    if name == "cuda" or name.startswith("cuda:"):
+        if not torch.cuda.is_available():
+            raise ModelError(f"--device {device}: CUDA is not available on this machine")
+        if name == "cuda":
+            return "auto", "cuda"
+        index = name.split(":", 1)[1]
+        if not index.isdigit() or int(index) >= torch.cuda.device_count():
+            raise ModelError(
+                f"--device {device}: no such GPU ({torch.cuda.device_count()} visible)"
+            )
+        return {"": name}, name
+    if name == "mps":
+        mps = getattr(torch.backends, "mps", None)
+        if mps is None or not mps.is_available():
+            raise ModelError(f"--device {device}: Apple MPS is not available on this machine")
+        return {"": "mps"}, "mps"
+    raise ModelError(f"unknown --device {device!r}: use cpu, cuda, cuda:N or mps")
+
+
+def resolve_placement(device: str | None = None, dtype: str = "auto") -> Placement:
+    """Decide device map, device label and dtype name for a load."""
+    import torch
+
+    device_map, label = _device(device)
+    name = (dtype or "auto").strip().lower()
+    if name == "auto":
+        if label.startswith("cuda"):
+            name = "bfloat16" if torch.cuda.is_bf16_supported() else "float16"
+        elif label == "mps":
+            name = "float16"
+        else:
+            name = "float32"
+    elif name not in DTYPES:
+        raise ModelError(f"unknown --dtype {dtype!r}: use auto, {', '.join(DTYPES)}")
+    return Placement(device_map, label, name)

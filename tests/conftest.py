@@ -1,0 +1,176 @@
+"""Shared fixtures: tiny offline test models that behave exactly as scripted.
+
+A tiny model here is a real Qwen2ForCausalLM saved with ``save_pretrained`` (so ``--model DIR``
+goes through the real model layer), made deterministic: attention and MLP output projections
+are zero, so the residual stream is the token embedding and the next token is
+``argmax(lm_head(norm(embed[last])))`` — a bigram map. Embedding rows are random unit vectors
+in 256 dimensions and each ``lm_head`` row points at the embeddings of the tokens it must
+follow, so after the prompt's last token (the opening code fence) the model spells a chosen
+chain of distinct tokens: a file, the closing fence, the end-of-turn token.
+
+The tokenizer is byte-level BPE (any text round-trips) plus added tokens for whole lines of
+the scripted files, built in-test with the ``tokenizers`` library and wrapped in
+``PreTrainedTokenizerFast`` with a Qwen-style chat template.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+# The input file every scripted model "edits" (tests write it into tmp dirs).
+SOURCE = "def foo(a, b):\n    return a + b\n\n\ndef main():\n    print(foo(1, 2))\n"
+# What the "rename" model answers: foo renamed to bar.
+RENAMED = "def bar(a, b):\n    return a + b\n\n\ndef main():\n    print(bar(1, 2))\n"
+# What the "broken" model answers: the colon of the first def is missing.
+BROKEN = "def bar(a, b)\n    return a + b\n\n\ndef main():\n    print(bar(1, 2))\n"
+
+LINES = {
+    "src1": "def foo(a, b):\n",
+    "body": "    return a + b\n\n\n",
+    "main": "def main():\n",
+    "src4": "    print(foo(1, 2))\n",
+    "new1": "def bar(a, b):\n",
+    "new4": "    print(bar(1, 2))\n",
+    "bad1": "def bar(a, b)\n",
+}
+FENCE_OPEN = ("```python\n", "```\n")
+FENCE_CLOSE = "```"
+EOS = "<|im_end|>"
+CHAT_TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
+    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+# scripted answers: chain of added-token keys, then the fence, then eos ("loop" never ends)
+SCRIPTS = {
+    "rename": ["new1", "body", "main", "new4", "CLOSE", "EOS"],
+    "broken": ["bad1", "body", "main", "new4", "CLOSE", "EOS"],
+    "same": ["src1", "body", "main", "src4", "CLOSE", "EOS"],
+    "loop": ["new1", "body", "new1"],  # a cycle: never closes the fence
+}
+
+
+def build_tokenizer():
+    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
+    from tokenizers.pre_tokenizers import ByteLevel
+    from transformers import PreTrainedTokenizerFast
+
+    alphabet = sorted(ByteLevel.alphabet())
+    tok = Tokenizer(models.BPE(vocab={c: i for i, c in enumerate(alphabet)}, merges=[]))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.add_special_tokens(["<|im_start|>", EOS, "<|endoftext|>"])
+    pieces = [*LINES.values(), *FENCE_OPEN, FENCE_CLOSE]
+    tok.add_tokens([AddedToken(p, normalized=False) for p in pieces])
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        eos_token=EOS,
+        pad_token="<|endoftext|>",
+        chat_template=CHAT_TEMPLATE,
+        model_max_length=32768,
+    )
+
+
+def token_id(tokenizer, key: str) -> int:
+    text = {"CLOSE": FENCE_CLOSE, "EOS": EOS}.get(key) or LINES[key]
+    tid = tokenizer.convert_tokens_to_ids(text)
+    if not isinstance(tid, int) or tid < 0:  # added tokens are stored under their content
+        tid = tokenizer.get_vocab()[text]
+    return tid
+
+
+def build_model(tokenizer, script: list[str], *, max_positions: int = 32768, seed: int = 0):
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    vocab = len(tokenizer)
+    hidden = 256
+    config = Qwen2Config(
+        vocab_size=vocab,
+        hidden_size=hidden,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=max_positions,
+        tie_word_embeddings=False,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=None,
+        torch_dtype="float32",
+    )
+    torch.manual_seed(seed)
+    model = Qwen2ForCausalLM(config).to(torch.float32).eval()
+    gen = torch.Generator().manual_seed(seed)
+    embed = torch.randn(vocab, hidden, generator=gen)
+    embed = embed / embed.norm(dim=1, keepdim=True)
+    head = torch.zeros(vocab, hidden)
+    ids = [token_id(tokenizer, k) for k in script]
+    nxt: dict[int, int] = {}
+    for opener in FENCE_OPEN:
+        nxt[tokenizer.get_vocab()[opener]] = ids[0]
+    for a, b in zip(ids, ids[1:], strict=False):
+        assert a not in nxt or nxt[a] == b, "script tokens must be distinct"
+        nxt[a] = b
+    for a, b in nxt.items():
+        head[b] += 20.0 * embed[a]
+    with torch.no_grad():
+        model.model.embed_tokens.weight.copy_(embed)
+        model.lm_head.weight.copy_(head)
+        for layer in model.model.layers:
+            layer.self_attn.o_proj.weight.zero_()
+            layer.mlp.down_proj.weight.zero_()
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    return model
+
+
+@pytest.fixture(scope="session")
+def tiny_tokenizer():
+    return build_tokenizer()
+
+
+@pytest.fixture(scope="session")
+def tiny_models(tmp_path_factory, tiny_tokenizer) -> dict[str, Path]:
+    """Model folders by script name: rename, broken, same, loop (see SCRIPTS)."""
+    root = tmp_path_factory.mktemp("tiny-models")
+    out: dict[str, Path] = {}
+    for name, script in SCRIPTS.items():
+        folder = root / name
+        model = build_model(tiny_tokenizer, script)
+        model.save_pretrained(folder)
+        tiny_tokenizer.save_pretrained(folder)
+        out[name] = folder
+    small = root / "small-context"  # a 64-position model: every real prompt is too long
+    build_model(tiny_tokenizer, SCRIPTS["rename"], max_positions=64).save_pretrained(small)
+    tiny_tokenizer.save_pretrained(small)
+    out["small-context"] = small
+    return out
+
+
+@pytest.fixture(scope="session")
+def texts() -> SimpleNamespace:
+    """The scripted texts: ``source`` (input), ``renamed`` and ``broken`` (model answers)."""
+    return SimpleNamespace(source=SOURCE, renamed=RENAMED, broken=BROKEN)
+
+
+@pytest.fixture
+def source_file(tmp_path) -> Path:
+    path = tmp_path / "calc.py"
+    path.write_bytes(SOURCE.encode())
+    return path
+
+
+@pytest.fixture(autouse=True)
+def _clean_env(request, monkeypatch, tmp_path_factory):
+    """No colour, CI or pre-commit state leaking in. Tests not marked ``real`` also get an
+    empty model cache (``ADAPLD_HOME``), so nothing reaches the user's converted model; real
+    tests keep the user's cache (converting the embedded model takes about a minute)."""
+    for var in ("PRE_COMMIT", "CI", "NO_COLOR", "ADAPLD_MODEL", "FORCE_COLOR"):
+        monkeypatch.delenv(var, raising=False)
+    if request.node.get_closest_marker("real") is None and "ADAPLD_HOME" not in os.environ:
+        monkeypatch.setenv("ADAPLD_HOME", str(tmp_path_factory.getbasetemp() / "adapld-home"))

@@ -1,0 +1,151 @@
+"""`adapld bench` on tiny models: every method identical to ar under greedy, reports written."""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+import pytest
+from typer.testing import CliRunner
+
+from adapld_cli.bench import (
+    ALL_METHODS,
+    BenchError,
+    BenchOptions,
+    BenchRunner,
+    document,
+    load_tasks,
+    markdown,
+    parse_methods,
+    testrun,
+)
+from adapld_cli.cli.app import app
+
+from .conftest import SOURCE
+
+SUMMARY_KEYS = {
+    "tasks", "new_tokens", "total_s", "tok_s", "decode_tok_s", "speedup_vs_ar",
+    "forward_passes", "mean_accepted", "identical_to_ar",
+}  # fmt: skip
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    """Tiny models run fastest on one thread; on a loaded machine more threads thrash."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def _write_tasks(path, n=2):
+    rows = [
+        {
+            "full_name": f"{i}_rename",
+            "before": SOURCE,
+            "instruction_descriptive": f"Rename foo to bar (variant {i}).",
+            "after": SOURCE.replace("foo", "bar"),
+            "tests": "assert bar(1, 2) == 3\n",
+        }
+        for i in range(n)
+    ]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def test_builtin_suite_is_sound():
+    """The shipped tasks: each reference solution passes its tests and the original fails."""
+    tasks = load_tasks()
+    assert len(tasks) >= 5
+    assert len({t.name for t in tasks}) == len(tasks)
+    for t in tasks:
+        assert t.after and t.tests and t.instruction
+        assert testrun.passes(t.after, t.tests, timeout=20), t.name
+        assert not testrun.passes(t.before, t.tests, timeout=20), t.name
+
+
+def test_cli_all_methods_identical_on_scripted_model(tiny_models, tmp_path):
+    tasks = _write_tasks(tmp_path / "tasks.jsonl")
+    md, png = tmp_path / "bench.md", tmp_path / "bench.png"
+    r = CliRunner(env={"COLUMNS": "160"}).invoke(
+        app,
+        [
+            "bench", "--model", str(tiny_models["rename"]), "--tasks", str(tasks),
+            "--methods", "all", "--json", "-", "--markdown", str(md), "--plot", str(png),
+            "--run-tests", "--max-new-tokens", "64",
+        ],
+    )  # fmt: skip
+    assert r.exit_code == 0, r.stderr
+    doc = json.loads(r.stdout)  # stdout carries only the JSON document
+    assert list(doc["methods"]) == list(ALL_METHODS)
+    for name, s in doc["methods"].items():
+        assert set(s) >= SUMMARY_KEYS, name
+        assert s["tasks"] == 2 and s["identical_to_ar"] == 2, name
+        assert s["pass_at_1"] == 1.0, name
+        assert s["new_tokens"] > 0 and s["forward_passes"] > 0
+    assert doc["methods"]["ar"]["mean_accepted"] == 1.0
+    assert doc["methods"]["ar"]["speedup_vs_ar"] == 1.0
+    assert len(doc["tasks"]) == 2 * len(ALL_METHODS)
+    assert all(row["status"] == "changed" for row in doc["tasks"])
+    assert doc["problems"] == []
+    assert "| adapld |" in md.read_text()
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "speedup" in r.stderr and "adapld-no-cursor" in r.stderr  # tables on stderr
+
+
+def _random_model(tokenizer):
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    torch.manual_seed(0)
+    cfg = Qwen2Config(
+        vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096,
+        eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
+    )  # fmt: skip
+    model = Qwen2ForCausalLM(cfg).to(torch.float64).eval()
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    return model
+
+
+def test_runner_random_model_all_identical(tiny_tokenizer, tmp_path):
+    """A random float64 model: drafts mostly fail, and every method still matches ar."""
+    loaded = SimpleNamespace(model=_random_model(tiny_tokenizer), tokenizer=tiny_tokenizer)
+    tasks = load_tasks(_write_tasks(tmp_path / "t.jsonl"))
+    opts = BenchOptions(methods=list(ALL_METHODS), max_new_tokens=40, warmup=False)
+    runner = BenchRunner(loaded, tasks, opts)
+    rows = runner.run()
+    doc = document({}, rows, opts.methods)
+    for name, s in doc["methods"].items():
+        assert s["identical_to_ar"] == 2, (name, doc["problems"])
+        assert s["new_tokens"] == 80
+    for name in ("hf-pld", "pld", "adapld"):  # drafts were both accepted and rejected
+        s = doc["methods"][name]
+        assert s["drafted_tokens"] > s["accepted_draft_tokens"] > 0, name
+    assert markdown(doc).count("\n") > 5
+
+
+def test_parse_methods():
+    assert parse_methods(None) == ["ar", "hf-pld", "pld", "adapld"]
+    assert parse_methods("adapld, ar,adapld") == ["adapld", "ar"]
+    with pytest.raises(BenchError):
+        parse_methods("ar,fast")
+
+
+def test_bad_input_exits_2_before_loading(tmp_path):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"instruction_descriptive": "x"}\n')
+    for args in (
+        ["bench", "--methods", "ar,warp"],
+        ["bench", "--tasks", str(bad)],
+        ["bench", "--tasks", str(tmp_path / "missing.jsonl")],
+        ["bench", "--set", "node_budget=lots"],
+        ["bench", "--json", "-", "--markdown", "-"],
+    ):
+        r = CliRunner().invoke(app, [*args, "--model", str(tmp_path / "no-such-model")])
+        assert r.exit_code == 2, (args, r.output)
+        assert r.stdout == ""
+        assert "error" in r.stderr

@@ -1,0 +1,32 @@
+"""Packaging: every sub-package is listed in pyproject and prompts/ ships as a package."""
+
+from __future__ import annotations
+
+import importlib.resources
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="tomllib")
+def test_every_subpackage_is_listed():
+    import tomllib
+
+    cfg = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    listed = set(cfg["packages"])
+    found = {
+        ".".join(p.relative_to(ROOT).parent.parts)
+        for p in (ROOT / "adapld_cli").rglob("*.py")
+        if "__pycache__" not in p.parts
+    }
+    assert found - listed == set(), "add these to [tool.setuptools] packages in pyproject.toml"
+    assert cfg["package-dir"]["adapld_cli.prompts"] == "prompts"
+
+
+def test_prompts_and_sample_are_resources():
+    prompts = importlib.resources.files("adapld_cli.prompts")
+    assert (prompts / "default.txt").is_file()
+    assert (importlib.resources.files("adapld_cli.data") / "inventory.py").is_file()

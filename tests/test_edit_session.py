@@ -1,0 +1,103 @@
+"""EditSession on the scripted tiny models, through the real model layer and engine."""
+
+from __future__ import annotations
+
+import pytest
+
+from adapld_cli.edit import EditOptions, EditSession, InputError, decode_source
+from adapld_cli.engine.types import StepEvent
+
+
+@pytest.fixture(scope="module")
+def loaded(tiny_models):
+    from adapld_cli.model import load
+
+    cache: dict = {}
+
+    def get(name: str):
+        if name not in cache:
+            cache[name] = load(str(tiny_models[name]), device="cpu", dtype="float32")
+        return cache[name]
+
+    return get
+
+
+@pytest.fixture
+def src(texts):
+    def make(text: str | None = None, name: str = "calc.py"):
+        return decode_source((texts.source if text is None else text).encode(), name)
+
+    return make
+
+
+@pytest.mark.parametrize("method", ["ar", "pld", "adapld"])
+def test_rename_is_the_same_for_every_method(loaded, src, texts, method):
+    events: list[StepEvent] = []
+    session = EditSession(loaded("rename"), EditOptions(method=method))
+    result = session.edit(src(), "rename foo to bar", on_event=events.append)
+    assert result.status == "changed" and result.exit_code == 0
+    assert result.new_text == texts.renamed
+    assert result.stop_reason == "stop_string"
+    assert [t for e in events for t in e.tokens] == result.tokens
+    assert events[-1].finished
+    assert result.stats.method == method
+    assert result.changes.describe() == "renamed foo -> bar; changed main"
+
+
+def test_prompt_ends_with_the_opened_fence(loaded, src):
+    lm = loaded("rename")
+    prepared = EditSession(lm).prepare(src(), "rename foo to bar")
+    assert prepared.prompt.ids[-1] == lm.tokenizer.convert_tokens_to_ids("```python\n")
+    assert prepared.config.stop_strings == ("\n```",)
+    assert lm.tokenizer.eos_token_id in prepared.config.stop_token_ids
+
+
+def test_unchanged(loaded, src, texts):
+    result = EditSession(loaded("same")).edit(src(), "do nothing")
+    assert result.status == "unchanged" and result.new_text == texts.source
+
+
+def test_syntax_break_is_refused_unless_forced(loaded, src, texts):
+    result = EditSession(loaded("broken")).edit(src(), "rename")
+    assert result.status == "refused" and result.exit_code == 1
+    assert "does not parse (line 1" in result.message
+    forced = EditSession(loaded("broken"), EditOptions(force=True)).edit(src(), "rename")
+    assert forced.status == "changed" and forced.new_text == texts.broken
+    assert forced.syntax_error is not None and forced.syntax_error.line == 1
+
+
+def test_broken_input_is_not_held_to_the_check(loaded, src, texts):
+    bad_input = texts.source.replace("def main():", "def main(:")
+    result = EditSession(loaded("broken")).edit(src(bad_input), "rename")
+    assert result.status == "changed"
+
+
+def test_truncation_is_refused(loaded, src):
+    result = EditSession(loaded("loop"), EditOptions(max_new_tokens=9)).edit(src(), "rename")
+    assert result.status == "refused" and result.stop_reason == "max_new_tokens"
+    assert "token limit (9)" in result.message
+
+
+def test_crlf_bom_and_missing_final_newline_survive(loaded, texts):
+    raw = b"\xef\xbb\xbf" + texts.source.rstrip("\n").replace("\n", "\r\n").encode()
+    source = decode_source(raw, "calc.py")
+    result = EditSession(loaded("rename")).edit(source, "rename")
+    expected = b"\xef\xbb\xbf" + texts.renamed.rstrip("\n").replace("\n", "\r\n").encode()
+    assert result.new_bytes == expected
+
+
+def test_input_errors_before_generation(loaded, src):
+    with pytest.raises(InputError, match="empty instruction"):
+        EditSession(loaded("rename")).edit(src(), "   ")
+    with pytest.raises(InputError, match="too long for the model's context"):
+        EditSession(loaded("small-context")).edit(src(), "rename")
+    with pytest.raises(InputError, match="unknown method"):
+        EditSession(loaded("rename"), EditOptions(method="fast"))
+
+
+def test_interrupt_propagates(loaded, src):
+    def stop(_event):
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        EditSession(loaded("loop"), EditOptions(max_new_tokens=50)).edit(src(), "x", on_event=stop)

@@ -1,0 +1,168 @@
+"""Any .gguf file: converted once to a safetensors cache (keyed by path, size, mtime), faithfully.
+
+A tiny Qwen2 GGUF (1 layer, byte-level BPE tokenizer, chat template) is written in-test with
+the ``gguf`` package, then goes through the real conversion and loading code.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from adapld_cli.model import ModelError, load, model_info, prepare
+from adapld_cli.model.convert import MANIFEST, cache_state
+
+TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
+    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+def _byte_alphabet() -> list[str]:
+    """GPT-2's byte -> printable-unicode table, in byte order."""
+    keep = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1)]
+    keep += range(ord("®"), ord("ÿ") + 1)
+    table, extra = {b: chr(b) for b in keep}, 0
+    for b in range(256):
+        if b not in table:
+            table[b] = chr(256 + extra)
+            extra += 1
+    return [table[b] for b in range(256)]
+
+
+def write_tiny_gguf(path: Path, hidden: int = 32, heads: int = 4, kv: int = 2, ffn: int = 64):
+    """A 1-layer float32 Qwen2 GGUF; returns its tensors by GGUF name."""
+    import gguf
+
+    rng = np.random.default_rng(0)
+    merges = ["Ġ t", "Ġ a", "e r"]
+    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+    tokens = _byte_alphabet() + [m.replace(" ", "") for m in merges] + specials
+    vocab, head_dim = len(tokens), hidden // heads
+    writer = gguf.GGUFWriter(str(path), "qwen2")
+    writer.add_name("tiny-qwen2")
+    writer.add_context_length(128)
+    writer.add_embedding_length(hidden)
+    writer.add_feed_forward_length(ffn)
+    writer.add_block_count(1)
+    writer.add_head_count(heads)
+    writer.add_head_count_kv(kv)
+    writer.add_rope_freq_base(10000.0)
+    writer.add_layer_norm_rms_eps(1e-6)
+    writer.add_file_type(0)
+    writer.add_tokenizer_model("gpt2")
+    writer.add_tokenizer_pre("qwen2")
+    writer.add_token_list(tokens)
+    writer.add_token_types([1] * (vocab - 3) + [3, 3, 3])
+    writer.add_token_merges(merges)
+    writer.add_bos_token_id(vocab - 3)
+    writer.add_eos_token_id(vocab - 1)
+    writer.add_pad_token_id(vocab - 3)
+    writer.add_chat_template(TEMPLATE)
+    shapes = {
+        "token_embd.weight": (vocab, hidden),
+        "blk.0.attn_norm.weight": (hidden,),
+        "blk.0.attn_q.weight": (hidden, hidden),
+        "blk.0.attn_q.bias": (hidden,),
+        "blk.0.attn_k.weight": (kv * head_dim, hidden),
+        "blk.0.attn_k.bias": (kv * head_dim,),
+        "blk.0.attn_v.weight": (kv * head_dim, hidden),
+        "blk.0.attn_v.bias": (kv * head_dim,),
+        "blk.0.attn_output.weight": (hidden, hidden),
+        "blk.0.ffn_norm.weight": (hidden,),
+        "blk.0.ffn_gate.weight": (ffn, hidden),
+        "blk.0.ffn_up.weight": (ffn, hidden),
+        "blk.0.ffn_down.weight": (hidden, ffn),
+        "output_norm.weight": (hidden,),
+        "output.weight": (vocab, hidden),
+    }
+    tensors = {}
+    for name, shape in shapes.items():
+        tensors[name] = rng.standard_normal(shape) * 0.02 + 1.0 * name.endswith("norm.weight")
+        tensors[name] = tensors[name].astype(np.float32)
+        writer.add_tensor(name, tensors[name])
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return tensors
+
+
+@pytest.fixture
+def tiny_gguf(tmp_path) -> tuple[Path, dict]:
+    path = tmp_path / "models" / "tiny-coder.gguf"
+    path.parent.mkdir()
+    return path, write_tiny_gguf(path)
+
+
+def test_gguf_converts_once_and_faithfully(tiny_gguf, tmp_path):
+    path, tensors = tiny_gguf
+    loaded = load(str(path), device="cpu")
+    assert (loaded.source, loaded.name, loaded.dtype) == ("gguf", "tiny-coder.gguf", "float32")
+    folder = Path(loaded.path)
+    assert folder.parent == Path(os.environ["ADAPLD_HOME"]) / "models"
+    manifest = json.loads((folder / MANIFEST).read_text())
+    assert "model.safetensors" in manifest["files"] and "tokenizer.json" in manifest["files"]
+    assert getattr(loaded.model.config, "quantization_config", None) is None
+    # Same numbers as in the file.
+    model = loaded.model
+    assert np.array_equal(model.lm_head.weight.detach().numpy(), tensors["output.weight"])
+    embed = model.model.embed_tokens.weight.detach().numpy()
+    assert np.array_equal(embed, tensors["token_embd.weight"])
+    q_bias = model.model.layers[0].self_attn.q_proj.bias.detach().numpy()
+    assert np.array_equal(q_bias, tensors["blk.0.attn_q.bias"])
+    # The tokenizer and chat template come from the same file.
+    tok = loaded.tokenizer
+    text = "def f(x):\n\treturn 'héllo ✓'  \n"
+    assert tok.decode(tok.encode(text)) == text
+    assert tok.chat_template == TEMPLATE and tok.eos_token == "<|im_end|>"
+    # Second load: from the cache, not converted again.
+    stamp = (folder / "model.safetensors").stat().st_mtime_ns
+    again = load(str(path), device="cpu")
+    assert again.path == loaded.path
+    assert (folder / "model.safetensors").stat().st_mtime_ns == stamp
+    info = model_info(str(path), device="cpu")
+    assert (info["state"], info["path"], info["gguf"]) == ("ready", str(folder), str(path))
+    # A changed file (new mtime) gets its own cache.
+    os.utime(path, ns=(stamp, stamp + 10**9))
+    assert model_info(str(path), device="cpu")["state"] == "needs prepare"
+    assert prepare(str(path)) != folder
+
+
+def test_concurrent_conversions_share_one_cache(tiny_gguf, tmp_path, monkeypatch):
+    path, _ = tiny_gguf
+    monkeypatch.setenv("ADAPLD_HOME", str(tmp_path / "home"))
+    code = "from adapld_cli.model import prepare; import sys; print(prepare(sys.argv[1]))"
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", code, str(path)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(2)
+    ]
+    results = [p.communicate(timeout=300) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], results
+    assert results[0][0] == results[1][0]
+    assert [err for _, err in results] == ["", ""]  # quiet when stderr is not a terminal
+    folder = Path(results[0][0].strip())
+    models = tmp_path / "home" / "models"
+    assert sorted(p.name for p in models.iterdir()) == [folder.name, folder.name + ".lock"]
+    source = json.loads((folder / MANIFEST).read_text())["source"]
+    assert cache_state(folder, source) == "ready"
+
+
+def test_not_a_gguf_is_a_clear_error(tmp_path):
+    bad = tmp_path / "broken.gguf"
+    bad.write_bytes(b"this is not a gguf file" * 10)
+    with pytest.raises(ModelError, match="cannot load GGUF file"):
+        load(str(bad), device="cpu")
+    models = Path(os.environ["ADAPLD_HOME"]) / "models"
+    assert not [p for p in models.iterdir() if p.name.endswith(".tmp")]

@@ -1,0 +1,159 @@
+"""Model specs, placement, cache state, local-folder loading and the `adapld model` commands.
+
+Fast: no pretrained weights. Loading uses the tiny Qwen2 models from conftest (real
+``from_pretrained`` through the real model layer); nothing touches the network.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from adapld_cli.cli.app import app
+from adapld_cli.model import ModelError, cache_dir, load, model_info, prepare, resolve_spec
+from adapld_cli.model.convert import FORMAT, MANIFEST, cache_state
+from adapld_cli.model.loader import classify
+from adapld_cli.model.placement import resolve_placement
+
+
+def test_resolve_spec_option_then_env_then_embedded(monkeypatch):
+    monkeypatch.delenv("ADAPLD_MODEL", raising=False)
+    assert resolve_spec(None) == "embedded"
+    monkeypatch.setenv("ADAPLD_MODEL", "org/from-env")
+    assert resolve_spec(None) == "org/from-env"
+    assert resolve_spec("org/from-option") == "org/from-option"
+
+
+def test_cache_dir_honours_adapld_home(monkeypatch, tmp_path):
+    monkeypatch.setenv("ADAPLD_HOME", str(tmp_path / "home"))
+    assert cache_dir() == tmp_path / "home"
+    monkeypatch.delenv("ADAPLD_HOME")
+    assert cache_dir().name == "adapld"
+
+
+def test_classify_kinds(tmp_path):
+    gguf = tmp_path / "m.gguf"
+    gguf.write_bytes(b"GGUF")
+    folder = tmp_path / "hf"
+    folder.mkdir()
+    (folder / "config.json").write_text("{}")
+    lone = tmp_path / "lone"
+    lone.mkdir()
+    (lone / "x.gguf").write_bytes(b"GGUF")
+    assert classify("embedded").kind == "embedded"
+    assert classify(str(gguf)).kind == "gguf"
+    assert classify(str(folder)).kind == "local"
+    assert classify(str(lone)).kind == "gguf" and classify(str(lone)).path == lone / "x.gguf"
+    assert classify("Qwen/Qwen2.5-Coder-0.5B-Instruct").kind == "hub"
+    for bad in (str(tmp_path / "nope.gguf"), "./missing", str(tmp_path / "a" / "b")):
+        with pytest.raises(ModelError, match="no such file or folder"):
+            classify(bad)
+    (tmp_path / "notes.txt").write_text("x")
+    with pytest.raises(ModelError, match=r"\.gguf"):
+        classify(str(tmp_path / "notes.txt"))
+
+
+def test_placement_defaults_and_errors():
+    import torch
+
+    auto = resolve_placement()
+    if torch.cuda.is_available():
+        assert (auto.device_map, auto.device) == ("auto", "cuda")
+        assert auto.dtype in ("bfloat16", "float16")
+    else:
+        assert (auto.device_map, auto.device, auto.dtype) == ({"": "cpu"}, "cpu", "float32")
+        with pytest.raises(ModelError, match="CUDA is not available"):
+            resolve_placement("cuda")
+    cpu = resolve_placement("CPU", "bfloat16")
+    assert (cpu.device, cpu.dtype) == ("cpu", "bfloat16")
+    with pytest.raises(ModelError, match="unknown --device"):
+        resolve_placement("tpu")
+    with pytest.raises(ModelError, match="unknown --dtype"):
+        resolve_placement("cpu", "int8")
+
+
+def test_cache_state_needs_a_complete_matching_manifest(tmp_path):
+    from importlib.metadata import version
+
+    folder = tmp_path / "cache"
+    assert cache_state(folder, "src") == "missing"
+    folder.mkdir()
+    assert cache_state(folder, "src") == "stale"  # a folder without manifest: partial
+    (folder / "model.safetensors").write_bytes(b"x")
+    manifest = {
+        "format": FORMAT,
+        "source": "src",
+        "transformers": version("transformers"),
+        "files": ["model.safetensors"],
+    }
+    (folder / MANIFEST).write_text(json.dumps(manifest))
+    assert cache_state(folder, "src") == "ready"
+    assert cache_state(folder, "other-source") == "stale"
+    (folder / MANIFEST).write_text(json.dumps({**manifest, "transformers": "4.57.0"}))
+    assert cache_state(folder, "src") == "stale"
+    (folder / MANIFEST).write_text(json.dumps(manifest))
+    (folder / "model.safetensors").unlink()
+    assert cache_state(folder, "src") == "stale"
+
+
+def test_load_local_folder(tiny_models):
+    folder = tiny_models["rename"]
+    loaded = load(str(folder), device="cpu")
+    assert (loaded.source, loaded.device, loaded.dtype) == ("local", "cpu", "float32")
+    assert loaded.path == str(folder.resolve()) and loaded.name == folder.name
+    assert not loaded.model.training
+    assert loaded.tokenizer.decode(loaded.tokenizer.encode("x = 1\n")) == "x = 1\n"
+    assert prepare(str(folder)) == folder.resolve()
+
+
+def test_hub_id_offline_is_a_clear_error(monkeypatch, tmp_path):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf" / "hub"))
+    with pytest.raises(ModelError) as err:
+        prepare("adapld-test/no-such-model")
+    message = str(err.value)
+    assert "cannot download model adapld-test/no-such-model (offline?)" in message
+    assert "--model / ADAPLD_MODEL" in message
+    with pytest.raises(ModelError, match=r"cannot download model .* \(offline\?\)"):
+        load("adapld-test/no-such-model", device="cpu")
+    info = model_info("adapld-test/no-such-model", device="cpu")
+    assert (info["source"], info["state"], info["ready"]) == ("hub", "not downloaded", False)
+
+
+def test_info_of_unprepared_embedded_model(monkeypatch, tmp_path):
+    monkeypatch.setenv("ADAPLD_HOME", str(tmp_path / "home"))
+    info = model_info(device="cpu")
+    assert info["source"] == "embedded" and info["state"] == "needs prepare"
+    assert info["cache"]["path"].startswith(str(tmp_path / "home"))
+    assert len(info["parts"]) == 6 and all(p["path"] for p in info["parts"])
+    assert (info["device"], info["dtype"]) == ("cpu", "float32")
+
+
+def test_cli_model_info_json_on_stdout(monkeypatch, tmp_path, tiny_models):
+    runner = CliRunner()
+    result = runner.invoke(app, ["model", "info", "--json", "--model", str(tiny_models["same"])])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert (data["source"], data["ready"], data["device"]) == ("local", True, "cpu")
+    human = runner.invoke(app, ["model", "info", "--device", "cpu"])
+    assert human.exit_code == 0 and "embedded" in human.stdout and "device" in human.stdout
+
+
+def test_cli_model_errors_exit_2_on_stderr(tmp_path):
+    runner = CliRunner()
+    result = runner.invoke(app, ["model", "info", "--device", "tpu"])
+    assert result.exit_code == 2
+    assert result.stdout == "" and result.stderr.startswith("adapld: unknown --device")
+    missing = str(Path(tmp_path) / "missing.gguf")
+    result = runner.invoke(app, ["model", "prepare", "--model", missing])
+    assert result.exit_code == 2 and "no such file or folder" in result.stderr
+
+
+def test_cli_prepare_prints_the_folder(tiny_models):
+    folder = tiny_models["same"]
+    result = CliRunner().invoke(app, ["model", "prepare", "--model", str(folder)])
+    assert result.exit_code == 0 and result.stdout.strip() == str(folder.resolve())

@@ -144,7 +144,7 @@ def _count(stats: Stats, tree: Any, path: list[int], new: list[int], sources: li
         stats.lexical_steps += 1
     elif tree.looked_up:
         stats.lexical_nohit_steps += 1
-    if tree.kind == "semantic" and tree.num_drafts:
+    if Source.SEMANTIC in tree.sources:
         stats.semantic_steps += 1
     if any(src is Source.BRANCH for src in tree.sources):
         stats.branch_steps += 1

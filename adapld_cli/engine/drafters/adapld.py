@@ -26,6 +26,13 @@ PROBE_EVERY = 16  # draft an unprofitable-looking semantic tree every Nth time, 
 CURSOR_SLACK = (-16, 32)  # a lexical hit this close to the edit cursor counts as "at cursor"
 
 
+def _rank_weights(n: int) -> list[float]:
+    """Shares of one probability among ``n`` ranked alternatives, proportional to 1/rank."""
+    raw = [1.0 / (r + 1) for r in range(n)]
+    total = sum(raw)
+    return [w / total for w in raw]
+
+
 class Rate:
     """Exponentially weighted hit rate: ``hits / trials`` over recent updates."""
 
@@ -51,10 +58,10 @@ class _Cand:
 
 @dataclass
 class _Last:
-    kind: str = "none"
-    q: int = -1  # copy source: the lexical match ends at q, the chain copies q+1..
+    q: int = -1  # copy source aligned with the root: the chain copies q+1.. (-1 = none)
     at_cursor: bool = False
-    main_nodes: int = 0  # main-chain nodes actually verified
+    fallback: bool = False  # no lexical hit: the chain continues from the edit cursor
+    main_nodes: int = 0  # copied-chain nodes actually verified
 
 
 class AdaPLDDrafter:
@@ -78,6 +85,7 @@ class AdaPLDDrafter:
         }
         self.branch = Rate(0.3)  # a branch is right given the chain's first token failed
         self.sem = Rate(0.2)  # a semantic tree yields an accepted token
+        self.cursor_rate = Rate(0.3)  # per-token acceptance of a cursor chain with no n-gram hit
         self._probes = 0
         self._last = _Last()
 
@@ -90,24 +98,24 @@ class AdaPLDDrafter:
     def feedback(self, ctx: Context, tree: DraftTree, path: list[int], emitted: list[int]) -> None:
         root_pos = len(ctx.tokens) - len(emitted) - 1
         last = self._last
-        accepted_sources = [tree.sources[i] for i in path[1:]]
-        if last.kind == "lexical":
-            k_main = sum(1 for src in accepted_sources if src is Source.LEXICAL)
-            if last.main_nodes:
-                failed = 1 if k_main < last.main_nodes else 0
+        accepted = [tree.sources[i] for i in path[1:]]
+        first = accepted[0] if accepted else Source.MODEL
+        k_main = sum(1 for src in accepted if src is Source.LEXICAL)
+        if last.main_nodes:
+            failed = 1 if k_main < last.main_nodes else 0
+            if last.fallback:
+                self.cursor_rate.update(k_main, k_main + failed)
+            else:
                 self.lex[(self.prev_ok, last.at_cursor)].update(k_main, k_main + failed)
                 self.prev_ok = k_main > 0
-            if k_main == 0 and any(src is Source.BRANCH for src in tree.sources):
-                took = bool(accepted_sources) and accepted_sources[0] is Source.BRANCH
-                self.branch.update(float(took), 1.0)
-            self.cursor = last.q + k_main + 1
-            if k_main < len(emitted) - 1:  # the step left the copy: move on by what it emitted
-                self.cursor += len(emitted) - 1 - k_main
-        else:
-            if self.cursor is not None:
-                self.cursor += len(emitted)
-            if last.kind == "semantic" and tree.num_drafts:
-                self.sem.update(float(len(path) > 1), 1.0)
+        if k_main == 0:
+            if Source.BRANCH in tree.sources:
+                self.branch.update(float(first is Source.BRANCH), 1.0)
+            if Source.SEMANTIC in tree.sources:
+                self.sem.update(float(first is Source.SEMANTIC), 1.0)
+        # the copy source advances with the output, one token per emitted token
+        base = last.q if last.q >= 0 else self.cursor
+        self.cursor = None if base is None else base + len(emitted)
         self.index.extend(emitted)
         self._learn_successors(ctx, root_pos, root_pos + len(path))
 
@@ -133,34 +141,43 @@ class AdaPLDDrafter:
         _, hits = self.index.longest_match()
         if hits:
             tree.kind = "lexical"
-            self._lexical(ctx, hits, cands, max_nodes)
-        elif s.semantic and ctx.hidden is not None and ctx.topk is not None and ctx.pending >= 2:
-            tree.kind = "semantic"
-            self._semantic(ctx, cands)
-        m = self._select(ctx, cands, max_nodes, tree.kind)
-        self._build(tree, cands, m)
+            q, at_cursor = self._choose(ctx, hits)
+            self._last = _Last(q=q, at_cursor=at_cursor)
+            alpha = self.lex[(self.prev_ok, at_cursor)].p
+            self._copy_chain(ctx, q, alpha, cands, max_nodes)
+            if s.branches and cands and ctx.topk is not None:
+                self._branches(ctx, q, alpha, cands)
+        else:
+            if s.cursor and self.cursor is not None and 0 <= self.cursor < ctx.pending:
+                self._last = _Last(q=self.cursor, at_cursor=True, fallback=True)
+                self._copy_chain(ctx, self.cursor, self.cursor_rate.p, cands, max_nodes)
+            if s.semantic and ctx.hidden is not None and ctx.topk is not None and ctx.pending >= 2:
+                tree.kind = "semantic" if self._semantic(ctx, cands) else tree.kind
+        self._build(tree, cands, self._select(ctx, cands, max_nodes, tree.kind))
         self._last.main_nodes = sum(1 for src in tree.sources if src is Source.LEXICAL)
         return tree
 
-    def _lexical(self, ctx: Context, hits: list[int], cands: list[_Cand], max_nodes: int) -> None:
-        s, toks = self.s, ctx.tokens
-        q, at_cursor = self._choose(ctx, hits)
-        self._last = _Last(kind="lexical", q=q, at_cursor=at_cursor)
-        alpha = self.lex[(self.prev_ok, at_cursor)].p
-        main = toks[q + 1 : q + 1 + min(s.max_draft_len, max_nodes)]
+    def _copy_chain(
+        self, ctx: Context, q: int, alpha: float, cands: list[_Cand], max_nodes: int
+    ) -> None:
+        """The main chain: tokens after the copy source ``q``, each ``alpha`` times as likely
+        to be accepted as its parent."""
         p, parent = 1.0, -1
-        for t in main:
+        for t in ctx.tokens[q + 1 : q + 1 + min(self.s.max_draft_len, max_nodes)]:
             p *= alpha
             cands.append(_Cand(p, parent, t, Source.LEXICAL))
             parent = len(cands) - 1
-        if not (s.branches and main and ctx.topk is not None):
-            return
-        alts = [t for t in ctx.topk[q].tolist() if t != main[0]]
-        for rank, b in enumerate(alts):
-            pb = (1.0 - alpha) * self.branch.p / (rank + 1)
+
+    def _branches(self, ctx: Context, q: int, alpha: float, cands: list[_Cand]) -> None:
+        """First-token alternatives: the model's top-K at the copy source, minus the chain's
+        first token, each extended by a reuse continuation. Together they share the
+        probability that the chain's first token fails and a branch is right."""
+        alts = [t for t in ctx.topk[q].tolist() if t != cands[0].token]
+        for b, w in zip(alts, _rank_weights(len(alts)), strict=True):
+            pb = (1.0 - alpha) * self.branch.p * w
             cands.append(_Cand(pb, -1, b, Source.BRANCH))
             parent = len(cands) - 1
-            for t in self._continuation(toks, b):
+            for t in self._continuation(ctx.tokens, b):
                 pb *= BRANCH_CONT_P
                 cands.append(_Cand(pb, parent, t, Source.BRANCH))
                 parent = len(cands) - 1
@@ -203,34 +220,34 @@ class AdaPLDDrafter:
         nxt = self.succ.get(b)
         return nxt[:1] if nxt else []
 
-    def _semantic(self, ctx: Context, cands: list[_Cand]) -> None:
+    def _semantic(self, ctx: Context, cands: list[_Cand]) -> bool:
         """No lexical hit: find cached positions whose preceding state resembles the current
-        one (cosine) and draft their top-K predictions, each with one cached successor."""
+        one (cosine) and draft their top-K predictions, each with one cached successor.
+        Returns whether any candidate cleared the similarity floor."""
         s, P = self.s, ctx.pending
         lo = 1 if s.window <= 0 else max(1, P - s.window)
         if lo >= P - 1:
-            return
+            return False
         sims = ctx.hidden[lo - 1 : P - 1] @ ctx.hidden[P - 1]  # [P-lo]: state before j vs before P
         vals, idx = sims.topk(min(s.tau, sims.shape[0]))
         pairs = zip(vals.tolist(), idx.tolist(), strict=True)
         starts = [lo + int(i) for v, i in pairs if v >= s.sim_floor]
-        if not starts:
-            return
-        self._last = _Last(kind="semantic")
-        gamma = self.sem.p
-        seen: set[int] = set()
+        taken = {c.token for c in cands if c.parent == -1}
+        alts: list[int] = []
         for j in starts:
-            for b in ctx.topk[j].tolist():
-                if b in seen:
-                    continue
-                seen.add(b)
-                pb = gamma / len(seen)
-                cands.append(_Cand(pb, -1, b, Source.SEMANTIC))
-                nxt = self.succ.get(b)
-                if nxt:
-                    cands.append(_Cand(pb * SEM_SUCC_P, len(cands) - 1, nxt[0], Source.SEMANTIC))
+            alts += [b for b in ctx.topk[j].tolist() if b not in taken and b not in alts]
+        gamma = self.sem.p
+        for b, w in zip(alts, _rank_weights(len(alts)), strict=True):
+            pb = gamma * w
+            cands.append(_Cand(pb, -1, b, Source.SEMANTIC))
+            nxt = self.succ.get(b)
+            if nxt:
+                cands.append(_Cand(pb * SEM_SUCC_P, len(cands) - 1, nxt[0], Source.SEMANTIC))
+        return bool(alts)
 
-    def _select(self, ctx: Context, cands: list[_Cand], max_nodes: int, kind: str) -> list[int]:
+    def _select(
+        self, ctx: Context, cands: list[_Cand], max_nodes: int, kind: str
+    ) -> list[int]:
         """Indices of the candidates to verify: the most probable prefix that maximises
         expected tokens per unit of verification cost (parents always precede children)."""
         order = sorted(range(len(cands)), key=lambda i: -cands[i].p)[:max_nodes]
@@ -243,11 +260,12 @@ class AdaPLDDrafter:
             value = total / cost(m + 1)
             if value > best:
                 best, best_m = value, m
-        if best_m == 0 and kind == "semantic" and order:
+        chosen = order[:best_m]
+        if best_m == 0 and kind == "semantic":
             self._probes += 1
-            if self._probes % PROBE_EVERY == 0:
-                best_m = len(order)
-        return order[:best_m]
+            if self._probes % PROBE_EVERY == 0:  # keep the semantic estimate fresh
+                chosen = [i for i in order if cands[i].source is Source.SEMANTIC]
+        return chosen
 
     def _build(self, tree: DraftTree, cands: list[_Cand], chosen: list[int]) -> None:
         where: dict[int, int] = {-1: 0}

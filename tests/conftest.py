@@ -174,3 +174,15 @@ def _clean_env(request, monkeypatch, tmp_path_factory):
         monkeypatch.delenv(var, raising=False)
     if request.node.get_closest_marker("real") is None and "ADAPLD_HOME" not in os.environ:
         monkeypatch.setenv("ADAPLD_HOME", str(tmp_path_factory.getbasetemp() / "adapld-home"))
+
+
+@pytest.fixture(scope="session")
+def embedded():
+    """The embedded pretrained model, loaded once per session from the user's cache, offline."""
+    from adapld_cli.model import load
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.delenv("ADAPLD_MODEL", raising=False)
+        mp.setenv("HF_HUB_OFFLINE", "1")
+        mp.setenv("TRANSFORMERS_OFFLINE", "1")
+        yield load(device="cpu")

@@ -6,8 +6,6 @@ suite's temp home, so the one-time conversion (~1.5 min) is shared with normal u
 
 from __future__ import annotations
 
-import os
-
 import pytest
 
 pytestmark = pytest.mark.real
@@ -21,20 +19,6 @@ CODE = (
     "    \n"
     "\t\t  trailing\t \n"
 )
-
-
-@pytest.fixture(scope="module")
-def embedded(tmp_path_factory):
-    from adapld_cli.model import load
-
-    base = str(tmp_path_factory.getbasetemp())
-    with pytest.MonkeyPatch.context() as mp:
-        if os.environ.get("ADAPLD_HOME", "").startswith(base):
-            mp.delenv("ADAPLD_HOME")  # the suite's temp home: use the real user cache
-        mp.delenv("ADAPLD_MODEL", raising=False)
-        mp.setenv("HF_HUB_OFFLINE", "1")
-        mp.setenv("TRANSFORMERS_OFFLINE", "1")
-        yield load(device="cpu")
 
 
 def test_embedded_model_loads_offline(embedded):

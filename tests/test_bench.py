@@ -74,7 +74,8 @@ def test_cli_all_methods_identical_on_scripted_model(tiny_models, tmp_path):
         [
             "bench", "--model", str(tiny_models["rename"]), "--tasks", str(tasks),
             "--methods", "all", "--json", "-", "--markdown", str(md), "--plot", str(png),
-            "--run-tests", "--max-new-tokens", "64",
+            "--run-tests", "--max-new-tokens", "64", "--threads", "1",
+            "--save-outputs", str(tmp_path / "out"),
         ],
     )  # fmt: skip
     assert r.exit_code == 0, r.stderr
@@ -92,6 +93,7 @@ def test_cli_all_methods_identical_on_scripted_model(tiny_models, tmp_path):
     assert doc["problems"] == []
     assert "| adapld |" in md.read_text()
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert (tmp_path / "out" / "0_rename.adapld.py").read_text() == SOURCE.replace("foo", "bar")
     assert "speedup" in r.stderr and "adapld-no-cursor" in r.stderr  # tables on stderr
 
 

@@ -1,7 +1,8 @@
 """adapld as a pre-commit hook with the embedded model (slow: run with ``pytest -m real``).
 
-The README's local hook config as written, a real 15-line file, one commit: the hook
-rewrites the file, pre-commit blocks the commit, the result is the asked-for rename.
+The README's local hook config as written, a real 15-line file: the hook rewrites the
+file, pre-commit blocks the commit, the result is the asked-for rename; after `git add`
+the second commit passes (the model leaves the renamed file unchanged).
 """
 
 from __future__ import annotations
@@ -50,3 +51,10 @@ def test_hook_with_embedded_model(tmp_path):
     assert "circle_area(radius):.2f" in text
     assert "def circumference(radius):" in text
     assert "shapes.py: edited — renamed area -> circle_area" in hook_output(proc.out)
+
+    # second commit: the same instruction on the renamed file changes nothing; commit passes
+    repo.git("add", "shapes.py")
+    again = repo.commit()
+    assert again.returncode == 0, again.out
+    assert repo.head() is not None
+    assert shapes.read_text() == text

@@ -2,9 +2,10 @@
 
 Contract: :func:`write_plot` draws two panels into ``path``: left, the end-to-end speedup over
 ``ar`` per task for each method (grouped bars, log scale, a line at 1x); right, the distribution
-of tokens emitted per decode pass (``accept_hist``) for each method, as the share of generated
-tokens that came from passes of each size. Raises :class:`~adapld_cli.bench.tasks.BenchError`
-when matplotlib is missing (``pip install 'adapld[bench]'``).
+of tokens emitted per decode pass (``accept_hist``) for each method, as the cumulative share of
+generated tokens that came from passes emitting at most k tokens. Raises
+:class:`~adapld_cli.bench.tasks.BenchError` when matplotlib is missing
+(``pip install 'adapld[bench]'``).
 """
 
 from __future__ import annotations
@@ -42,6 +43,12 @@ def write_plot(doc: dict[str, Any], path: str | Path) -> None:
         ax1.bar(xs, ys, width=width, label=label)
     ax1.axhline(1.0, color="black", linewidth=0.8)
     ax1.set_yscale("log")
+    from matplotlib.ticker import FuncFormatter
+
+    fmt = FuncFormatter(lambda v, _pos: f"{v:g}x")
+    ax1.yaxis.set_major_formatter(fmt)
+    ax1.yaxis.set_minor_formatter(fmt)
+    ax1.tick_params(axis="y", which="minor", labelsize=7)
     ax1.set_xticks(range(len(tasks)))
     ax1.set_xticklabels(tasks, rotation=60, ha="right", fontsize=7)
     ax1.set_ylabel("end-to-end speedup over ar (x)")
@@ -55,11 +62,18 @@ def write_plot(doc: dict[str, Any], path: str | Path) -> None:
         if not tokens:
             continue
         ks = sorted(hist)
-        shares = [k * hist[k] / tokens for k in ks]
-        ax2.plot(ks, shares, marker="o", markersize=3, label=f"{m} (T={s['mean_accepted']:.2f})")
-    ax2.set_xlabel("tokens emitted by a decode pass")
-    ax2.set_ylabel("share of generated tokens")
-    ax2.set_xscale("symlog", linthresh=2)
+        ks = [ks[0], *ks] if ks else ks  # start each curve at zero
+        cum, acc = [0.0], 0
+        for k in ks[1:]:
+            acc += k * hist[k]
+            cum.append(acc / tokens)
+        ax2.step(ks, cum, where="post", label=f"{m} (T={s['mean_accepted']:.2f})")
+    ax2.set_xlabel("tokens emitted by a decode pass (k)")
+    ax2.set_ylabel("share of generated tokens from passes of <= k")
+    ax2.set_ylim(0, 1.02)
+    ax2.set_xscale("log", base=2)
+    ax2.xaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}"))
+    ax2.set_xlim(left=0.9)
     ax2.set_title("Accepted length")
     ax2.legend(fontsize=8)
     fig.tight_layout()

@@ -39,7 +39,11 @@ def _root(
     version: Annotated[
         bool,
         typer.Option(
-            "--version", callback=_version_callback, is_eager=True, help="Show the version and exit."
+            "--version",
+            callback=_version_callback,
+            is_eager=True,
+            show_default=False,
+            help="Show the version and exit.",
         ),
     ] = False,
 ) -> None:

@@ -128,14 +128,14 @@ def test_cache_compaction_matches_recompute(arch):
     runner.keep(19, path)
     seq = prefix + [tree.tokens[i] for i in path[1:]]
     assert runner.cache_len == len(seq)
-    nxt = runner.step([5], None, None).logits[0]
+    nxt = runner.step([5], None, None).logits.row(0)
     with torch.no_grad():
         full = model(torch.tensor([seq + [5]])).logits[0, -1]
     torch.testing.assert_close(nxt, full, rtol=1e-9, atol=1e-9)
     # tree logits equal sequential logits along the path too
     with torch.no_grad():
         ref = model(torch.tensor([seq])).logits[0, len(prefix) - 1 :]
-    torch.testing.assert_close(out.logits[path], ref, rtol=1e-9, atol=1e-9)
+    torch.testing.assert_close(out.logits.rows(path), ref, rtol=1e-9, atol=1e-9)
 
 
 def test_unsupported_model_is_a_clear_error():

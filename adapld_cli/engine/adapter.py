@@ -22,9 +22,48 @@ class UnsupportedModelError(Exception):
     """The model cannot be driven by the engine (one-line reason)."""
 
 
+class LazyLogits:
+    """Logits of one pass's ``n`` nodes, computed by the LM head in blocks of rows on first
+    use: the acceptance walk touches only the nodes on its path, so a draft rejected early
+    does not pay the head (a quarter of a small model's compute) for the nodes after it."""
+
+    def __init__(self, runner: ModelRunner, last: torch.Tensor, block: int = 16) -> None:
+        self._runner, self._last, self._block = runner, last, block  # last: [n, H]
+        self._blocks: dict[int, torch.Tensor] = {}  # block index -> logits [<=block, vocab]
+        self._argmax: dict[int, list[int]] = {}
+
+    def __len__(self) -> int:
+        return self._last.shape[0]
+
+    def _get(self, b: int) -> torch.Tensor:
+        if b not in self._blocks:
+            import torch
+
+            with torch.inference_mode():
+                rows = self._last[b * self._block : (b + 1) * self._block]
+                self._blocks[b] = self._runner.logits(rows)
+        return self._blocks[b]
+
+    def row(self, i: int) -> torch.Tensor:
+        """Logits ``[vocab]`` of node ``i``."""
+        return self._get(i // self._block)[i % self._block]
+
+    def argmax(self, i: int) -> int:
+        b = i // self._block
+        if b not in self._argmax:
+            self._argmax[b] = self._get(b).argmax(-1).tolist()
+        return self._argmax[b][i % self._block]
+
+    def rows(self, idx: list[int]) -> torch.Tensor:
+        """Logits ``[len(idx), vocab]`` of the given nodes."""
+        import torch
+
+        return torch.stack([self.row(i) for i in idx])
+
+
 @dataclass
 class PassOutput:
-    logits: torch.Tensor  # [n, vocab]
+    logits: LazyLogits  # per node, on demand
     hidden: torch.Tensor | None  # [n, H] hidden states of the hooked layer (None if unhooked)
 
 
@@ -137,9 +176,8 @@ class ModelRunner:
         positions = None if depths is None else [start + d for d in depths]
         with torch.inference_mode():
             last = self._run(ids, start, positions, mask)
-            logits = self.logits(last)
         hidden = None if self._captured is None else self._captured[0]
-        return PassOutput(logits=logits, hidden=hidden)
+        return PassOutput(logits=LazyLogits(self, last), hidden=hidden)
 
     def prefill(self, ids: list[int], top_k: int, chunk: int = 512) -> tuple[Any, Any]:
         """Feed ``ids`` into the (empty) cache in chunks.

@@ -115,7 +115,7 @@ def _decode(
         ctx.record(
             root_pos,
             None if out.hidden is None else out.hidden.index_select(0, rows),
-            out.logits.index_select(0, rows).topk(top_k, dim=-1).indices if top_k else None,
+            out.logits.rows(path).topk(top_k, dim=-1).indices if top_k else None,
         )
         new = [tree.tokens[i] for i in path[1:]] + [bonus]
         sources = [tree.sources[i] for i in path[1:]] + [Source.MODEL]

@@ -1,6 +1,6 @@
 """Choosing the model's token at a tree node: greedy argmax or seeded sampling.
 
-A :class:`TokenChooser` is bound to one verification pass's logits (``[n, vocab]``) and is
+A :class:`TokenChooser` is bound to one verification pass's (lazy) logits and is
 called once per emitted token, in order. Sampling draws one uniform number per call from a
 seeded generator, so any method that emits the same tokens draws the same random numbers as
 plain sequential sampling: with a fixed seed, speculative sampling reproduces it exactly.
@@ -15,9 +15,11 @@ from adapld_cli.engine.types import GenerationConfig
 if TYPE_CHECKING:
     import torch
 
+    from adapld_cli.engine.adapter import LazyLogits
+
 
 class TokenChooser:
-    """Greedy or temperature / top-p sampling over the rows of a logits matrix."""
+    """Greedy or temperature / top-p sampling over the nodes of a pass."""
 
     def __init__(self, config: GenerationConfig) -> None:
         import torch
@@ -29,19 +31,17 @@ class TokenChooser:
             self._generator.manual_seed(
                 config.seed if config.seed is not None else torch.seed() % 2**63
             )
-        self._logits: torch.Tensor | None = None
-        self._argmax: list[int] | None = None
+        self._logits: LazyLogits | None = None
 
-    def bind(self, logits: torch.Tensor) -> TokenChooser:
-        """Use ``logits`` (``[n, vocab]``) for the following calls."""
+    def bind(self, logits: LazyLogits) -> TokenChooser:
+        """Use ``logits`` (one row per node) for the following calls."""
         self._logits = logits
-        self._argmax = logits.argmax(-1).tolist() if self.config.greedy else None
         return self
 
     def __call__(self, node: int) -> int:
-        if self._argmax is not None:
-            return self._argmax[node]
-        return self._sample(self._logits[node])
+        if self.config.greedy:
+            return self._logits.argmax(node)
+        return self._sample(self._logits.row(node))
 
     def _sample(self, row: torch.Tensor) -> int:
         import torch

@@ -20,7 +20,10 @@ ARCHS = ["llama", "qwen2", "gpt2"]
 # fallback are exercised on every step
 SETTINGS = {
     "adaptive": AdaPLDSettings(),
-    "full-tree": AdaPLDSettings(adaptive=False, sim_floor=-1.0, node_budget=24, top_k=4),
+    "full-tree": AdaPLDSettings(
+        adaptive=False, sim_floor=-1.0, node_budget=24, top_k=4, prompt_topk=True
+    ),
+    "observed-topk": AdaPLDSettings(adaptive=False, sim_floor=-1.0, prompt_topk=False),
     "no-cursor-no-rerank": AdaPLDSettings(cursor=False, rerank=False, adaptive=False),
 }
 

@@ -51,6 +51,16 @@ class Context:
     def generated(self) -> list[int]:
         return self.tokens[self.prompt_len :]
 
+    def observed_topk(self, end: int) -> None:
+        """For positions ``< end`` without computed predictions: the token that followed
+        each one stands as its only top-K entry (the others are -1)."""
+        import torch
+
+        if self.topk is None or end <= 0:
+            return
+        self.topk[:end, 0] = torch.tensor(self.tokens[1 : end + 1], device=self.topk.device)
+        self.topk[:end, 1:] = -1
+
     def record(self, start: int, hidden: torch.Tensor | None, topk: torch.Tensor | None) -> None:
         """Store rows for positions ``start ..`` (``hidden [m, H]``, ``topk [m, K]``)."""
         import torch

@@ -93,8 +93,14 @@ def _decode(
         CostModel(runner.device.type),
     )
     t0 = time.perf_counter()
-    hidden, topk = runner.prefill(prompt[:-1], top_k)  # the last prompt token is the first root
+    prompt_topk = drafter.prompt_topk
+    if prompt_topk is None:
+        prompt_topk = runner.device.type == "cuda"
+    # the last prompt token is the first step's root
+    hidden, topk = runner.prefill(prompt[:-1], top_k if prompt_topk else 0)
     ctx.record(0, hidden, topk)
+    if top_k and not prompt_topk:
+        ctx.observed_topk(len(prompt) - 1)
     drafter.start(ctx)
     stats.prefill_s = time.perf_counter() - t0
 

@@ -28,6 +28,10 @@ class AdaPLDSettings:
         node_budget: most draft nodes in one verification (root excluded).
         branch_len: tokens appended to each branch from a reuse continuation.
         max_candidates: most recent lexical occurrences considered for reranking.
+        prompt_topk: compute the model's top-K at every prompt position during prefill (an
+            LM-head pass over the prompt: ~+40% prefill time on a CPU, little on a GPU).
+            Without it a prompt position's only "prediction" is the token that followed it.
+            ``None`` = on for CUDA devices only.
         semantic / branches / cursor / rerank / adaptive: ablation switches. With
             ``adaptive=False`` the drafter always drafts ``max_draft_len`` and the full tree.
     """
@@ -43,6 +47,7 @@ class AdaPLDSettings:
     node_budget: int = 64
     branch_len: int = 2
     max_candidates: int = 64
+    prompt_topk: bool | None = None
     semantic: bool = True
     branches: bool = True
     cursor: bool = True

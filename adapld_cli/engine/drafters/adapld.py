@@ -71,6 +71,7 @@ class AdaPLDDrafter:
         s = self.s = settings or AdaPLDSettings()
         self.wants_hidden = s.rerank or s.semantic
         self.wants_topk = s.top_k if (s.branches or s.semantic) else 0
+        self.prompt_topk = s.prompt_topk
         self.hidden_layer = s.hidden_layer
         self.index = NgramIndex(s.min_ctxt, s.ctxt)
         self.succ: dict[int, list[int]] = {}  # token -> top-K predicted after its latest occurrence
@@ -125,7 +126,7 @@ class AdaPLDDrafter:
             return
         toks = ctx.tokens
         for j, row in enumerate(ctx.topk[start:end].tolist(), start):
-            self.succ[toks[j]] = row
+            self.succ[toks[j]] = [t for t in row if t >= 0]
 
     # -- drafting ----------------------------------------------------------------------------
 
@@ -172,7 +173,7 @@ class AdaPLDDrafter:
         """First-token alternatives: the model's top-K at the copy source, minus the chain's
         first token, each extended by a reuse continuation. Together they share the
         probability that the chain's first token fails and a branch is right."""
-        alts = [t for t in ctx.topk[q].tolist() if t != cands[0].token]
+        alts = [t for t in ctx.topk[q].tolist() if t >= 0 and t != cands[0].token]
         for b, w in zip(alts, _rank_weights(len(alts)), strict=True):
             pb = (1.0 - alpha) * self.branch.p * w
             cands.append(_Cand(pb, -1, b, Source.BRANCH))
@@ -235,7 +236,7 @@ class AdaPLDDrafter:
         taken = {c.token for c in cands if c.parent == -1}
         alts: list[int] = []
         for j in starts:
-            alts += [b for b in ctx.topk[j].tolist() if b not in taken and b not in alts]
+            alts += [b for b in ctx.topk[j].tolist() if b >= 0 and b not in taken and b not in alts]
         gamma = self.sem.p
         for b, w in zip(alts, _rank_weights(len(alts)), strict=True):
             pb = gamma * w
@@ -245,9 +246,7 @@ class AdaPLDDrafter:
                 cands.append(_Cand(pb * SEM_SUCC_P, len(cands) - 1, nxt[0], Source.SEMANTIC))
         return bool(alts)
 
-    def _select(
-        self, ctx: Context, cands: list[_Cand], max_nodes: int, kind: str
-    ) -> list[int]:
+    def _select(self, ctx: Context, cands: list[_Cand], max_nodes: int, kind: str) -> list[int]:
         """Indices of the candidates to verify: the most probable prefix that maximises
         expected tokens per unit of verification cost (parents always precede children)."""
         order = sorted(range(len(cands)), key=lambda i: -cands[i].p)[:max_nodes]

@@ -10,6 +10,7 @@ class ARDrafter:
     name = "ar"
     wants_hidden = False
     wants_topk = 0
+    prompt_topk = False
     hidden_layer = None
 
     def start(self, ctx: Context) -> None:

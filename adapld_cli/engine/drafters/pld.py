@@ -17,6 +17,7 @@ class PLDDrafter:
     name = "pld"
     wants_hidden = False
     wants_topk = 0
+    prompt_topk = False
     hidden_layer = None
 
     def __init__(self, num_tokens: int = 10, max_ngram: int = 3) -> None:

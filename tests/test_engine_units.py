@@ -146,10 +146,19 @@ def test_unsupported_model_is_a_clear_error():
         ModelRunner(T5ForConditionalGeneration(cfg), hidden_layer=None, want_hidden=False)
 
 
-def test_cost_model_learns_slope():
+def test_cost_model_learns_the_measured_curve():
     cm = CostModel("cpu")
-    for _ in range(30):
+    assert cm.ratio(64) == pytest.approx(5.1)  # the prior before any measurement
+    for _ in range(10):
         cm.observe(1, 0.1)
-        cm.observe(33, 0.1 * (1 + 0.5 * 32))
+        cm.observe(33, 0.1 * 17)
+    assert cm.step_s == pytest.approx(0.1)
     assert cm.ratio(1) == pytest.approx(1.0)
-    assert cm.ratio(33) == pytest.approx(17.0, rel=0.1)
+    assert cm.ratio(33) == pytest.approx(17.0)
+    assert cm.ratio(2) == pytest.approx(1.5)  # unmeasured: prior shape, scaled to the step
+    assert 1.5 <= cm.ratio(20) <= 17.0
+    sizes = [1, 2, 3, 5, 9, 17, 33, 65, 130]
+    assert all(cm.ratio(a) <= cm.ratio(b) for a, b in zip(sizes, sizes[1:], strict=False))
+    for _ in range(10):
+        cm.observe(2, 0.1 * 2.2)  # a measured bucket replaces the prior
+    assert cm.ratio(2) == pytest.approx(2.2)

@@ -1,57 +1,98 @@
 """Online model of what a verification pass costs on this device.
 
-``t(n) = a + b * (n - 1)`` seconds for a pass over ``n`` new tokens, fitted by exponentially
-weighted least squares over measured passes, anchored by a device prior (DESIGN.md §2.4: on
-CPU fp32 a 64-token verify costs ~5x one step, on a GPU about 1x). Drafters ask for
-:meth:`ratio` — the cost of ``n`` tokens in single-step units — to size their drafts.
+Passes over ``n`` new tokens are timed; the model keeps a decaying average of seconds per
+size bucket (``n`` = 1, 2-3, 4-7, ..., 64-127, 128+) and interpolates between buckets. The
+curve is far from linear on a CPU — a 2-token pass already costs ~1.5-2 single steps (the
+matrix products switch from vector to matrix kernels) while 64 tokens cost ~5 — so the
+drafters see the real shape. Buckets not measured yet follow a device prior (DESIGN.md §2.4)
+scaled to the measured ones. :meth:`ratio` gives the cost of ``n`` tokens in single steps.
 """
 
 from __future__ import annotations
 
-# Prior slope per extra token, in single-step units (measured: CPU fp32 64 tokens ~5.1 steps).
-PRIOR_SLOPE = {"cpu": 0.065, "cuda": 0.004, "mps": 0.02}
+import math
+from bisect import bisect_right
+
+# Prior cost of a pass over n tokens in single-step units (CPU: measured on the embedded
+# model in float32, 2 cores; GPU: verification is nearly free up to a few dozen tokens).
+PRIOR = {
+    "cpu": {1: 1.0, 2: 1.5, 4: 1.7, 8: 1.8, 16: 2.0, 32: 3.2, 64: 5.1, 128: 9.5},
+    "cuda": {1: 1.0, 2: 1.0, 4: 1.0, 8: 1.02, 16: 1.05, 32: 1.1, 64: 1.2, 128: 1.5},
+}
+BUCKETS = 8  # n = 1, 2-3, 4-7, 8-15, 16-31, 32-63, 64-127, 128+
+
+
+def _bucket(n: int) -> int:
+    return min(BUCKETS - 1, int(math.log2(max(n, 1))))
 
 
 class CostModel:
-    """Exponentially weighted linear fit of pass seconds against tokens per pass."""
+    """Decaying per-bucket averages of pass seconds, interpolated over the pass size."""
 
-    def __init__(self, device_type: str = "cpu", decay: float = 0.97) -> None:
-        self.prior_slope = PRIOR_SLOPE.get(device_type, 0.065)
+    def __init__(self, device_type: str = "cpu", decay: float = 0.8) -> None:
+        prior = PRIOR.get(device_type, PRIOR["cpu"])
+        self._prior_n = sorted(prior)
+        self._prior_r = [prior[n] for n in self._prior_n]
         self.decay = decay
-        self._w = self._sx = self._sy = self._sxx = self._sxy = 0.0
-        self._prior_w = 0.05  # weight of the prior, in observations
-        self._prior: tuple[float, float] | None = None  # (a, b) anchored at the first pass
-        self.a = 0.0  # seconds of a single-token pass
-        self.b = 0.0  # extra seconds per additional token
+        self._w = [0.0] * BUCKETS
+        self._n = [0.0] * BUCKETS  # weighted sums of pass sizes
+        self._t = [0.0] * BUCKETS  # ... and of seconds
+        self._curve: tuple[list[float], list[float]] | None = None  # (sizes, seconds)
 
     def observe(self, n: int, seconds: float) -> None:
         """Record one pass over ``n`` tokens that took ``seconds``."""
-        x = n - 1
-        if self._prior is None:
-            a0 = seconds / (1.0 + self.prior_slope * x)
-            self._prior = (a0, a0 * self.prior_slope)
+        b = _bucket(n)
         d = self.decay
-        self._w = self._w * d + 1.0
-        self._sx = self._sx * d + x
-        self._sy = self._sy * d + seconds
-        self._sxx = self._sxx * d + x * x
-        self._sxy = self._sxy * d + x * seconds
-        self._fit()
+        self._w[b] = self._w[b] * d + 1.0
+        self._n[b] = self._n[b] * d + n
+        self._t[b] = self._t[b] * d + seconds
+        self._curve = None
 
-    def _fit(self) -> None:
-        """Ridge-regularised least squares: the prior line pulls ``a`` and ``b`` only where
-        the measurements say little (e.g. every pass had the same size)."""
-        a0, b0 = self._prior
-        la, lb = self._prior_w, self._prior_w * 32 * 32
-        m11, m12, m22 = self._w + la, self._sx, self._sxx + lb
-        r1, r2 = self._sy + la * a0, self._sxy + lb * b0
-        det = m11 * m22 - m12 * m12
-        a = (r1 * m22 - m12 * r2) / det
-        b = (m11 * r2 - m12 * r1) / det
-        self.a, self.b = max(a, 1e-9), max(b, 0.0)
+    @staticmethod
+    def _interp(x: float, xs: list[float], ys: list[float]) -> float:
+        if x <= xs[0]:
+            return ys[0]
+        if x >= xs[-1]:
+            return ys[-1] * x / xs[-1]  # beyond the last point: proportional
+        i = bisect_right(xs, x)
+        x0, x1, y0, y1 = xs[i - 1], xs[i], ys[i - 1], ys[i]
+        return y0 + (y1 - y0) * (x - x0) / (x1 - x0)
+
+    def _prior(self, n: float) -> float:
+        return self._interp(n, self._prior_n, self._prior_r)
+
+    def _build(self) -> tuple[list[float], list[float]]:
+        seen = [b for b in range(BUCKETS) if self._w[b] > 0]
+        if not seen:
+            return [], []
+        # scale of the prior: the single-step seconds the measured buckets imply
+        scales = [self._t[b] / self._w[b] / self._prior(self._n[b] / self._w[b]) for b in seen]
+        step = self._t[0] / self._w[0] if self._w[0] > 0 else sorted(scales)[len(scales) // 2]
+        xs, ys = [], []
+        for b in range(BUCKETS):
+            if self._w[b] > 0:
+                n, t = self._n[b] / self._w[b], self._t[b] / self._w[b]
+            else:
+                n = float(2**b)
+                t = step * self._prior(n)
+            xs.append(n)
+            ys.append(max(t, ys[-1]) if ys else t)  # bigger passes never cost less
+        return xs, ys
+
+    @property
+    def step_s(self) -> float:
+        """Seconds of a single-token pass (0 until something was measured)."""
+        xs, ys = self._get()
+        return self._interp(1, xs, ys) if xs else 0.0
+
+    def _get(self) -> tuple[list[float], list[float]]:
+        if self._curve is None:
+            self._curve = self._build()
+        return self._curve
 
     def ratio(self, n: int) -> float:
         """Cost of a pass over ``n`` tokens in units of a single-token pass."""
-        if self.a <= 0:
-            return 1.0 + self.prior_slope * (n - 1)
-        return 1.0 + (self.b / self.a) * (n - 1)
+        xs, ys = self._get()
+        if not xs:
+            return self._prior(n)
+        return self._interp(n, xs, ys) / self._interp(1, xs, ys)

@@ -134,7 +134,7 @@ def _decode(
             drafter.feedback(ctx, tree, path, new)
 
         _count(stats, tree, path, new, sources)
-        stats.ar_step_s = ctx.cost.a
+        stats.ar_step_s = ctx.cost.step_s
         stats.decode_s += time.perf_counter() - t_step
         yield StepEvent(new, sources, stats, finished=reason is not None, stop_reason=reason)
         if reason is not None:

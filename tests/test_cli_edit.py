@@ -104,9 +104,9 @@ def test_crlf_bom_preserved(cli, source_file, texts):
     source_file.write_bytes(b"\xef\xbb\xbf" + texts.source.replace("\n", "\r\n").encode())
     r = cli(source_file, "-i", "rename")
     assert r.exit_code == 0
-    assert source_file.read_bytes() == b"\xef\xbb\xbf" + texts.renamed.replace(
-        "\n", "\r\n"
-    ).encode()
+    assert (
+        source_file.read_bytes() == b"\xef\xbb\xbf" + texts.renamed.replace("\n", "\r\n").encode()
+    )
 
 
 def test_stats_json(cli, source_file, tmp_path):

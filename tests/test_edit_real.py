@@ -11,7 +11,7 @@ from adapld_cli.cli.app import app
 
 pytestmark = pytest.mark.real
 
-SHAPES = '''import math
+SHAPES = """import math
 
 
 def area(radius):
@@ -24,7 +24,7 @@ def circumference(radius):
 
 def describe(radius):
     return f"r={radius}: area {area(radius):.2f}, circumference {circumference(radius):.2f}"
-'''
+"""
 INSTRUCTION = "Rename the function area to circle_area and update its call."
 
 

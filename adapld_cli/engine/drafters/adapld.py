@@ -22,7 +22,6 @@ from adapld_cli.engine.types import Source
 
 BRANCH_CONT_P = 0.5  # acceptance estimate of each token continuing a branch
 SEM_SUCC_P = 0.5  # ... of a semantic branch's successor
-PROBE_EVERY = 16  # draft an unprofitable-looking semantic tree every Nth time, to keep learning
 CURSOR_SLACK = (-16, 32)  # a lexical hit this close to the edit cursor counts as "at cursor"
 
 
@@ -62,6 +61,8 @@ class _Last:
     at_cursor: bool = False
     fallback: bool = False  # no lexical hit: the chain continues from the edit cursor
     main_nodes: int = 0  # copied-chain nodes actually verified
+    chain_first: int | None = None  # first token of the proposed chain (verified or not)
+    sem_first: frozenset[int] = frozenset()  # proposed depth-1 semantic tokens
 
 
 class AdaPLDDrafter:
@@ -87,7 +88,6 @@ class AdaPLDDrafter:
         self.branch = Rate(0.3)  # a branch is right given the chain's first token failed
         self.sem = Rate(0.2)  # a semantic tree yields an accepted token
         self.cursor_rate = Rate(0.3)  # per-token acceptance of a cursor chain with no n-gram hit
-        self._probes = 0
         self._last = _Last()
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -102,18 +102,22 @@ class AdaPLDDrafter:
         accepted = [tree.sources[i] for i in path[1:]]
         first = accepted[0] if accepted else Source.MODEL
         k_main = sum(1 for src in accepted if src is Source.LEXICAL)
+        rate = self.cursor_rate if last.fallback else self.lex[(self.prev_ok, last.at_cursor)]
         if last.main_nodes:
             failed = 1 if k_main < last.main_nodes else 0
-            if last.fallback:
-                self.cursor_rate.update(k_main, k_main + failed)
-            else:
-                self.lex[(self.prev_ok, last.at_cursor)].update(k_main, k_main + failed)
-                self.prev_ok = k_main > 0
+            rate.update(k_main, k_main + failed)
+        elif last.chain_first is not None:
+            # the chain was not worth verifying: judge its first token against what the
+            # model emitted anyway, so a rate that stopped drafting can recover
+            k_main = int(emitted[0] == last.chain_first)
+            rate.update(k_main, 1.0)
+        if last.chain_first is not None and not last.fallback:
+            self.prev_ok = k_main > 0
         if k_main == 0:
             if Source.BRANCH in tree.sources:
                 self.branch.update(float(first is Source.BRANCH), 1.0)
-            if Source.SEMANTIC in tree.sources:
-                self.sem.update(float(first is Source.SEMANTIC), 1.0)
+            if last.sem_first:  # verified or not: did the model pick a semantic candidate?
+                self.sem.update(float(emitted[0] in last.sem_first), 1.0)
         # the copy source advances with the output, one token per emitted token
         base = last.q if last.q >= 0 else self.cursor
         self.cursor = None if base is None else base + len(emitted)
@@ -154,8 +158,12 @@ class AdaPLDDrafter:
                 self._copy_chain(ctx, self.cursor, self.cursor_rate.p, cands, max_nodes)
             if s.semantic and ctx.hidden is not None and ctx.topk is not None and ctx.pending >= 2:
                 tree.kind = "semantic" if self._semantic(ctx, cands) else tree.kind
-        self._build(tree, cands, self._select(ctx, cands, max_nodes, tree.kind))
-        self._last.main_nodes = sum(1 for src in tree.sources if src is Source.LEXICAL)
+        self._build(tree, cands, self._select(ctx, cands, max_nodes))
+        last = self._last
+        last.main_nodes = sum(1 for src in tree.sources if src is Source.LEXICAL)
+        roots = [c for c in cands if c.parent == -1]
+        last.chain_first = next((c.token for c in roots if c.source is Source.LEXICAL), None)
+        last.sem_first = frozenset(c.token for c in roots if c.source is Source.SEMANTIC)
         return tree
 
     def _copy_chain(
@@ -246,7 +254,7 @@ class AdaPLDDrafter:
                 cands.append(_Cand(pb * SEM_SUCC_P, len(cands) - 1, nxt[0], Source.SEMANTIC))
         return bool(alts)
 
-    def _select(self, ctx: Context, cands: list[_Cand], max_nodes: int, kind: str) -> list[int]:
+    def _select(self, ctx: Context, cands: list[_Cand], max_nodes: int) -> list[int]:
         """Indices of the candidates to verify: the most probable prefix that maximises
         expected tokens per unit of verification cost (parents always precede children)."""
         order = sorted(range(len(cands)), key=lambda i: -cands[i].p)[:max_nodes]
@@ -259,12 +267,7 @@ class AdaPLDDrafter:
             value = total / cost(m + 1)
             if value > best:
                 best, best_m = value, m
-        chosen = order[:best_m]
-        if best_m == 0 and kind == "semantic":
-            self._probes += 1
-            if self._probes % PROBE_EVERY == 0:  # keep the semantic estimate fresh
-                chosen = [i for i in order if cands[i].source is Source.SEMANTIC]
-        return chosen
+        return order[:best_m]
 
     def _build(self, tree: DraftTree, cands: list[_Cand], chosen: list[int]) -> None:
         where: dict[int, int] = {-1: 0}

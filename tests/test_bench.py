@@ -96,6 +96,20 @@ def test_cli_all_methods_identical_on_scripted_model(tiny_models, tmp_path):
     assert (tmp_path / "out" / "0_rename.adapld.py").read_text() == SOURCE.replace("foo", "bar")
     assert "speedup" in r.stderr and "adapld-no-cursor" in r.stderr  # tables on stderr
 
+    # --from-json: report again from saved results (halves merge; repeats are refused)
+    half = {**doc, "tasks": [row for row in doc["tasks"] if row["task"] == "0_rename"]}
+    rest = {**doc, "tasks": [row for row in doc["tasks"] if row["task"] != "0_rename"]}
+    files = [tmp_path / "a.json", tmp_path / "b.json"]
+    for f, part in zip(files, (half, rest), strict=True):
+        f.write_text(json.dumps(part))
+    args = ["bench", "--from-json", str(files[0]), "--from-json", str(files[1]), "--json", "-"]
+    r2 = CliRunner().invoke(app, args)
+    assert r2.exit_code == 0, r2.stderr
+    assert json.loads(r2.stdout)["methods"] == doc["methods"]
+    r3 = CliRunner().invoke(app, [*args[:3], *args[1:3], "--json", "-"])
+    assert r3.exit_code == 2 and r3.stdout == ""
+    assert "repeats" in r3.stderr
+
 
 def _random_model(tokenizer):
     import torch

@@ -188,6 +188,17 @@ def bench(
             show_default=False,
         ),
     ] = None,
+    from_json: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--from-json",
+            metavar="FILE",
+            help="Run nothing: report on earlier --json results (repeatable; rows are "
+            "merged, e.g. halves of one task list run in parallel).",
+            rich_help_panel=_OUT,
+            show_default=False,
+        ),
+    ] = None,
     quiet: Annotated[
         bool, typer.Option("--quiet", "-q", help="No progress lines.", rich_help_panel=_OUT)
     ] = False,
@@ -255,6 +266,7 @@ def bench(
             dtype=dtype,
             threads=threads,
             save_outputs=save_outputs,
+            from_json=from_json or [],
         )
     except _Usage as exc:
         console.print(f"adapld: error: {exc}", style="red", markup=False, highlight=False)
@@ -268,6 +280,8 @@ def _main(console: Any, **o: Any) -> int:
 
     if o["json_out"] == "-" and o["markdown_out"] == "-":
         raise _Usage("only one of --json and --markdown can go to stdout ('-')")
+    if o["from_json"]:
+        return _from_json(console, o)
     try:
         methods = parse_methods(o["methods"])
         tasks = load_tasks(
@@ -404,6 +418,7 @@ def _meta(loaded: Any, tasks: list, options: Any, o: dict, started: float, runne
         "wall_s": round(time.time() - started, 1),
         "warmup_s": round(runner.warmup_s, 2),
         "adapld_version": __version__,
+        "git": _git_state(),
         "model": loaded.name,
         "model_source": loaded.source,
         "device": loaded.device,
@@ -429,6 +444,33 @@ def _meta(loaded: Any, tasks: list, options: Any, o: dict, started: float, runne
     }
 
 
+def _git_state() -> str | None:
+    """``<commit>[+dirty]`` of the source tree adapld runs from, when it is a git checkout."""
+    import subprocess
+
+    root = Path(__file__).resolve().parents[2]
+    if not (root / ".git").exists():
+        return None
+    try:
+        commit = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            timeout=10,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            timeout=10,
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return f"{commit}+dirty" if dirty else commit or None
+
+
 def _loadavg() -> list[float] | None:
     import os
 
@@ -444,13 +486,46 @@ def _per_run() -> bool:
     return memory.per_run
 
 
+def _from_json(console: Any, o: dict) -> int:
+    """Merge the rows of earlier reports and report on them as if just measured."""
+    from types import SimpleNamespace
+
+    rows: list[dict] = []
+    skipped: list = []
+    reference: dict = {}
+    methods: list[str] = []
+    metas: list[dict] = []
+    for path in o["from_json"]:
+        try:
+            doc = json.loads(Path(path).read_text(encoding="utf-8"))
+            part, meta = doc["tasks"], doc.get("meta", {})
+            methods += [m for m in doc["methods"] if m not in methods]
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise _Usage(f"--from-json {path}: not a bench report ({exc})") from None
+        seen = {(r["task"], r["method"]) for r in rows}
+        if any((r["task"], r["method"]) in seen for r in part):
+            raise _Usage(f"--from-json {path}: repeats a (task, method) already loaded")
+        rows += part
+        skipped += doc.get("skipped", [])
+        reference.update(doc.get("reference_pass", {}))
+        metas.append(meta)
+    meta = dict(metas[0])
+    meta["n_tasks"] = len({r["task"] for r in rows})
+    meta["merged_from"] = [
+        {"file": str(p), "command": m.get("command"), "git": m.get("git")}
+        for p, m in zip(o["from_json"], metas, strict=True)
+    ]
+    runner = SimpleNamespace(rows=rows, skipped=skipped, reference_pass=reference)
+    return _report(console, runner, meta, methods, o, interrupted=False)
+
+
 def _report(
     console: Any, runner: Any, meta: dict, methods: list[str], o: dict, interrupted: bool
 ) -> int:
     from adapld_cli.bench import BenchError, document, markdown, rich_table, write_plot
 
     doc = document(meta, runner.rows, methods, runner.skipped, runner.reference_pass)
-    doc["meta"]["interrupted"] = interrupted
+    doc["meta"]["interrupted"] = interrupted or bool(meta.get("interrupted"))
     if doc["methods"]:
         console.print(rich_table(doc))
     try:

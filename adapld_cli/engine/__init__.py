@@ -14,10 +14,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from adapld_cli.engine.methods import METHODS, Method
 from adapld_cli.engine.settings import AdaPLDSettings
 from adapld_cli.engine.types import GenerationConfig, GenerationResult, Source, Stats, StepEvent
-
-METHODS = ("adapld", "pld", "ar")
 
 if TYPE_CHECKING:
     from adapld_cli.engine.adapter import UnsupportedModelError
@@ -38,6 +37,7 @@ def __getattr__(name: str) -> Any:  # lazy: keep torch out of `import adapld_cli
 
 __all__ = [
     "METHODS",
+    "Method",
     "AdaPLDSettings",
     "GenerationConfig",
     "GenerationResult",

@@ -76,3 +76,38 @@ def resolve_placement(device: str | None = None, dtype: str = "auto") -> Placeme
     elif name not in DTYPES:
         raise ModelError(f"unknown --dtype {dtype!r}: use auto, {', '.join(DTYPES)}")
     return Placement(device_map, label, name)
+
+
+def physical_cores() -> int:
+    """Physical CPU cores (logical CPUs when that cannot be told)."""
+    import os
+
+    try:
+        cores = set()
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as fh:
+            phys = core = None
+            for line in fh:
+                key, _, value = line.partition(":")
+                key = key.strip()
+                if key == "physical id":
+                    phys = value.strip()
+                elif key == "core id":
+                    core = value.strip()
+                elif not line.strip():
+                    if core is not None:
+                        cores.add((phys, core))
+                    phys = core = None
+        if cores:
+            return len(cores)
+    except OSError:
+        pass
+    return os.cpu_count() or 1
+
+
+def set_threads(threads: int | None) -> int:
+    """Set torch's intra-op CPU threads (default: physical cores); return the number set."""
+    import torch
+
+    n = threads or physical_cores()
+    torch.set_num_threads(n)
+    return n

@@ -6,9 +6,8 @@ from adapld_cli.engine.drafters.adapld import AdaPLDDrafter
 from adapld_cli.engine.drafters.ar import ARDrafter
 from adapld_cli.engine.drafters.base import Drafter
 from adapld_cli.engine.drafters.pld import PLDDrafter
+from adapld_cli.engine.methods import METHODS
 from adapld_cli.engine.settings import AdaPLDSettings
-
-METHODS = ("adapld", "pld", "ar")
 
 
 def make_drafter(method: str | Drafter, settings: AdaPLDSettings | None = None) -> Drafter:

@@ -1,0 +1,61 @@
+"""Options shared by several commands, defined once: model, placement, dtype, threads.
+
+Each is an ``Annotated`` type for a Typer parameter; commands use them as
+``model: ModelOpt = None``. Help texts and defaults live only here.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+MODEL_PANEL = "Model"
+
+ModelOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--model",
+        "-m",
+        metavar="NAME|PATH",
+        help="An embedded model name (see `adapld model info`), a local model folder, a .gguf "
+        "file or a hub id already in the cache. Default: $ADAPLD_MODEL, else the embedded "
+        "default.",
+        rich_help_panel=MODEL_PANEL,
+        show_default=False,
+    ),
+]
+
+DeviceOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--device",
+        metavar="DEVICE",
+        help="cpu, cuda, cuda:N, mps or auto. Default: the best available.",
+        rich_help_panel=MODEL_PANEL,
+        show_default=False,
+    ),
+]
+
+DtypeOpt = Annotated[
+    str,
+    typer.Option(
+        "--dtype",
+        metavar="DTYPE",
+        help="auto, float32, bfloat16, float16 or float64. auto: bfloat16 on CUDA; on a CPU "
+        "the fastest exact setting (see README).",
+        rich_help_panel=MODEL_PANEL,
+    ),
+]
+
+ThreadsOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--threads",
+        min=1,
+        metavar="N",
+        help="torch CPU threads. Default: the machine's physical cores.",
+        rich_help_panel=MODEL_PANEL,
+        show_default=False,
+    ),
+]

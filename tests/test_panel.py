@@ -20,6 +20,8 @@ from adapld_cli.engine.types import Source, Stats, StepEvent
 from adapld_cli.ui import LivePanel, footer_text, speedup_of
 from adapld_cli.ui.panel import IncrementalDecoder
 
+ANSI = re.compile(r"\x1b\[[0-9;?]*[a-zA-Z]")
+
 
 def test_incremental_decoder_holds_split_characters(tiny_tokenizer):
     text = "naïve = 'é✓'\n    return a + b\n\n\nok"
@@ -53,12 +55,30 @@ def test_panel_renders_coloured_tail(tiny_tokenizer):
     console.print(panel.render())
     out = buf.getvalue()
     assert "demo.py · adapld" in out
-    assert "line one" in out.replace("\x1b[0m", "") or "line" in out
+    plain = ANSI.sub("", out)
+    assert "line one" in plain and "line two" in plain
     assert f"{len(ids)} tokens" in out and "3 passes" in out
     assert "\x1b[32m" in out  # green = copied
     assert [p for p, _ in panel.pieces] and "".join(p for p, _ in panel.pieces) == (
         "line one\nline two\n"
     )
+
+
+@pytest.mark.parametrize("fence", ["`", "``", "```"])
+def test_panel_hides_the_closing_fence(tiny_tokenizer, fence):
+    from rich.console import Console
+
+    buf = io.StringIO()
+    console = Console(file=buf, force_terminal=True, width=80, height=20)
+    text = "x = '`'\nline two\n" + fence
+    ids = tiny_tokenizer(text, add_special_tokens=False)["input_ids"]
+    stats = Stats(method="adapld", new_tokens=len(ids), forward_passes=2, decode_s=0.5)
+    panel = LivePanel(console, tiny_tokenizer, title="demo.py · adapld")
+    panel.on_event(StepEvent(ids, [Source.LEXICAL] * len(ids), stats, True, "stop_string"))
+    console.print(panel.render())
+    body = [ln.strip("│ ") for ln in ANSI.sub("", buf.getvalue()).splitlines()]
+    assert "x = '`'" in body and "line two" in body  # backticks inside the file stay
+    assert not any(ln and set(ln) == {"`"} for ln in body)
 
 
 def _spawn(args, env_extra, cwd):

@@ -2,8 +2,10 @@
 
 Contract: ``str(error)`` is one user-facing line (no traceback needed); ``error.exit_code`` is
 2 for bad usage or input (missing path, binary file, empty instruction, file too long for the
-model's context) and 1 for a result refused by a safety check. Interruption is not an error
-class: ``KeyboardInterrupt`` propagates and the CLI maps it to 130.
+model's context, a bad combination of options) and 1 for a result refused by a safety check.
+Interruption is not an error class: ``KeyboardInterrupt`` propagates (SIGTERM arrives as
+:class:`~adapld_cli.edit.interrupt.Interrupted`, a ``KeyboardInterrupt``) and the run maps it
+to 130 or 143.
 """
 
 from __future__ import annotations
@@ -11,7 +13,8 @@ from __future__ import annotations
 EXIT_OK = 0
 EXIT_REFUSED = 1
 EXIT_USAGE = 2
-EXIT_INTERRUPTED = 130
+EXIT_INTERRUPTED = 130  # SIGINT (Ctrl-C)
+EXIT_TERMINATED = 143  # SIGTERM
 
 
 class EditError(Exception):
@@ -27,6 +30,12 @@ class EditError(Exception):
 
 class InputError(EditError):
     """The input cannot be edited (bad path, binary or non-UTF-8 file, too long...). Exit 2."""
+
+    exit_code = EXIT_USAGE
+
+
+class UsageError(EditError):
+    """A bad combination of options (``--check`` with ``--stdout``...). Exit 2."""
 
     exit_code = EXIT_USAGE
 

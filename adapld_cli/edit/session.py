@@ -31,9 +31,9 @@ from adapld_cli.edit.syntax import (
     first_syntax_error,
     language_for,
 )
+from adapld_cli.engine.methods import METHODS
 from adapld_cli.engine.types import GenerationConfig, Stats, StepEvent
 
-METHODS = ("adapld", "pld", "ar")
 _STOP_TOKENS = ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|end|>", "</s>")
 _OUTPUT_SLACK = 16  # tokens beyond the file's own length that the model needs (fence, eos)
 

@@ -3,25 +3,29 @@
 Public API::
 
     from adapld_cli.ui import stderr_console, live_wanted, plain_output
-    from adapld_cli.ui import LivePanel, file_line, run_summary, emit
+    from adapld_cli.ui import ConsoleView, LivePanel, live_view, file_line, emit
 
-The UI consumes engine :class:`~adapld_cli.engine.types.StepEvent` objects and edit results;
-it never touches files and never writes to stdout.
+The UI consumes engine :class:`~adapld_cli.engine.types.StepEvent` objects and edit outcomes;
+it never touches files. Only :func:`~adapld_cli.ui.view.write_stdout` writes to stdout (the
+data a run produces: an edited file or a diff).
 """
 
 from adapld_cli.ui.console import live_wanted, plain_output, stderr_console
-from adapld_cli.ui.panel import LivePanel, footer_text, speedup_of
-from adapld_cli.ui.summary import emit, file_line, run_summary, stats_text
+from adapld_cli.ui.panel import LivePanel, footer_text, live_view, speedup_of
+from adapld_cli.ui.summary import emit, file_line, stats_text
+from adapld_cli.ui.view import ConsoleView, write_stdout
 
 __all__ = [
+    "ConsoleView",
     "LivePanel",
     "emit",
     "file_line",
     "footer_text",
+    "live_view",
     "live_wanted",
     "plain_output",
-    "run_summary",
     "speedup_of",
     "stats_text",
     "stderr_console",
+    "write_stdout",
 ]

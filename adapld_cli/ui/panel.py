@@ -7,12 +7,17 @@ decodes tokens incrementally (multi-byte characters split over tokens are held b
 complete) and shows the tail of the text, plus a footer: tokens, forward passes, mean
 accepted length T, tokens/s and the speedup over plain decoding — measured when
 ``baseline_tok_s`` (a plain-decoding run on the same input) is known, else the engine's
-estimate labelled "est.".
+estimate labelled "est.". A last line made only of backticks is the closing code fence being
+generated, not part of the file, and is not shown. :func:`live_view` is the panel or nothing,
+as a context manager yielding the event callback (or ``None``).
 """
 
 from __future__ import annotations
 
+import contextlib
+import re
 import time
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from adapld_cli.engine.types import Source, Stats, StepEvent
@@ -24,6 +29,7 @@ SOURCE_STYLES = {
     Source.MODEL: "",
 }
 LEGEND = (("copied", "green"), ("semantic", "magenta"), ("branch", "yellow"), ("model", ""))
+_FENCE_TAIL = re.compile(r"(^|\n)`+[ \t]*$")  # the closing fence, possibly still partial
 
 
 class IncrementalDecoder:
@@ -153,6 +159,9 @@ class LivePanel:
         body = Text(no_wrap=True, overflow="ellipsis")
         for piece, style in reversed(chosen):
             body.append(piece, style=style or None)
+        fence = _FENCE_TAIL.search(body.plain)
+        if fence is not None:
+            body = body[: fence.start() + len(fence.group(1))]
         lines = body.split("\n")
         if len(lines) > want:
             lines = lines[-want:]
@@ -169,3 +178,23 @@ class LivePanel:
             title_align="left",
             border_style="blue",
         )
+
+
+@contextlib.contextmanager
+def live_view(
+    console: Any,
+    tokenizer: Any,
+    *,
+    title: str,
+    enabled: bool,
+    baseline_tok_s: float | None = None,
+    transient: bool = True,
+) -> Iterator[Callable[[StepEvent], None] | None]:
+    """A :class:`LivePanel` when ``enabled``, yielding its event callback; else ``None``."""
+    if not enabled:
+        yield None
+        return
+    with LivePanel(
+        console, tokenizer, title=title, baseline_tok_s=baseline_tok_s, transient=transient
+    ) as panel:
+        yield panel.on_event

@@ -1,38 +1,29 @@
 """Plain one-line results on stderr: one per file, and a final summary for many files.
 
-Contract: :func:`file_line` and :func:`run_summary` return plain strings (no markup), so
-they read the same in a terminal, in CI logs and in pre-commit's output; :func:`emit` prints
-them on the stderr console with an optional colour for the status word.
+Contract: :func:`file_line` returns a plain string (no markup), so it reads the same in a
+terminal, in CI logs and in pre-commit's output; :func:`emit` prints such lines on the stderr
+console with an optional colour for the status word (a
+:class:`~adapld_cli.edit.outcome.Status`). The run's summary line comes from
+:meth:`adapld_cli.edit.outcome.RunReport.summary_line`.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from adapld_cli.edit.outcome import Status
 from adapld_cli.engine.types import Stats
 from adapld_cli.ui.panel import speedup_of
 
 STATUS_STYLES = {
-    "edited": "green",
-    "written": "green",
-    "would change": "yellow",
-    "unchanged": "dim",
-    "refused": "red",
-    "error": "red",
-    "interrupted": "red",
+    Status.EDITED: "green",
+    Status.WRITTEN: "green",
+    Status.WOULD_CHANGE: "yellow",
+    Status.UNCHANGED: "dim",
+    Status.REFUSED: "red",
+    Status.ERROR: "red",
+    Status.INTERRUPTED: "red",
 }
-
-
-_SUMMARY_ORDER = (
-    "edited",
-    "written",
-    "changed",
-    "would change",
-    "unchanged",
-    "refused",
-    "error",
-    "interrupted",
-)
 
 
 def stats_text(stats: Stats, baseline_tok_s: float | None = None) -> str:
@@ -50,14 +41,14 @@ def stats_text(stats: Stats, baseline_tok_s: float | None = None) -> str:
 
 def file_line(
     name: str,
-    status: str,
+    status: Status | str,
     *,
     detail: str = "",
     stats: Stats | None = None,
     baseline_tok_s: float | None = None,
 ) -> str:
     """``name: status — detail · stats``."""
-    line = f"{name}: {status}"
+    line = f"{name}: {status!s}"
     if detail:
         line += f" — {detail}"
     extra = stats_text(stats, baseline_tok_s) if stats is not None else ""
@@ -66,27 +57,14 @@ def file_line(
     return line
 
 
-def run_summary(counts: dict[str, int], exit_code: int) -> str:
-    """``adapld: 3 files: 1 edited, 1 unchanged, 2 errors (exit 2)``."""
-    total = sum(counts.values())
-    order = [s for s in _SUMMARY_ORDER if s in counts] + [
-        s for s in counts if s not in _SUMMARY_ORDER
-    ]
-    parts = ", ".join(
-        f"{counts[s]} {s}{'s' if s == 'error' and counts[s] != 1 else ''}"
-        for s in order
-        if counts[s]
-    )
-    return f"adapld: {total} file{'s' if total != 1 else ''}: {parts} (exit {exit_code})"
-
-
-def emit(console: Any, line: str, status: str | None = None) -> None:
+def emit(console: Any, line: str, status: Status | None = None) -> None:
     """Print ``line`` on the stderr console, colouring the status word when allowed."""
     from rich.text import Text
 
     text = Text(line)
-    if status and status in STATUS_STYLES:
-        start = line.find(f": {status}")
+    style = STATUS_STYLES.get(status) if status is not None else None
+    if style and status is not None:
+        start = line.find(f": {status.value}")
         if start >= 0:
-            text.stylize(STATUS_STYLES[status], start + 2, start + 2 + len(status))
+            text.stylize(style, start + 2, start + 2 + len(status.value))
     console.print(text, soft_wrap=True)

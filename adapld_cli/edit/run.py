@@ -1,0 +1,255 @@
+"""One `adapld edit` run: read the inputs, load the model once, edit, apply, report.
+
+Contract: :func:`run_edit` takes a typed :class:`EditConfig` and a :class:`View` (the CLI's
+terminal output; this module never prints) and returns the :class:`RunReport`, whose
+``exit_code`` is the process's. Order of work:
+
+1. every input is read (bad ones become ``error`` outcomes) — without any good one, the model
+   is never loaded;
+2. the model loads once (``threads`` set first); a model error is exit 2;
+3. each file is generated, judged and applied with
+   :func:`~adapld_cli.edit.writeback.apply_result`; its outcome is reported (stdout data,
+   result line, ``--stats-json`` row) before the next file starts. A stats-file failure is
+   reported as its own error (exit 2) and never changes the outcome of the file.
+
+Interrupts (``KeyboardInterrupt``, or SIGINT/SIGTERM through
+:class:`~adapld_cli.edit.interrupt.Signals`): during loading or generation the current file
+is left untouched and the run stops (130, or 143 for SIGTERM). From the end of generation
+until its outcome is reported a signal is held back; one that arrives before the write
+cancels it, one that arrives after it lets the written file be reported as written and then
+stops the run.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from adapld_cli.edit.errors import EXIT_USAGE, EditError
+from adapld_cli.edit.inputs import EditInput, read_inputs
+from adapld_cli.edit.interrupt import Interrupted, Signals, describe, exit_code_of
+from adapld_cli.edit.outcome import Outcome, RunReport, StatsLog, Status
+from adapld_cli.edit.prompt import PromptTemplate
+from adapld_cli.edit.session import EditOptions, EditResult, EditSession
+from adapld_cli.edit.writeback import WriteBack, apply_result
+from adapld_cli.engine.adapter import UnsupportedModelError
+from adapld_cli.engine.types import StepEvent
+from adapld_cli.model.errors import ModelError
+
+EventHook = Callable[[StepEvent], None]
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Which model to load and how (``None``: the defaults of :func:`adapld_cli.model.load`)."""
+
+    spec: str | None = None
+    device: str | None = None
+    dtype: str = "auto"
+    threads: int | None = None  # torch CPU threads; None: the physical cores
+
+
+@dataclass(frozen=True)
+class EditConfig:
+    """Everything `adapld edit` was asked to do, parsed and checked."""
+
+    paths: list[str]
+    instruction: str
+    template: PromptTemplate
+    writeback: WriteBack = field(default_factory=WriteBack)
+    options: EditOptions = field(default_factory=EditOptions)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    stdin_filename: str | None = None
+    stats_json: Path | None = None
+
+
+class View(Protocol):
+    """What a run shows (implemented by :class:`adapld_cli.ui.ConsoleView`)."""
+
+    verbose: bool
+
+    def progress(self) -> bool | None: ...  # the model loader's progress bar setting
+    def info(self, message: str) -> None: ...  # details (verbose only)
+    def error(self, message: str) -> None: ...  # ``adapld: error: ...``
+    def data(self, data: bytes) -> None: ...  # stdout
+    def outcome(self, outcome: Outcome) -> None: ...  # the file's result line
+    def generating(self, name: str, tokenizer: Any, method: str) -> AbstractContextManager[Any]: ...
+
+
+def run_edit(
+    config: EditConfig,
+    view: View,
+    *,
+    signals: Signals | None = None,
+    on_event: EventHook | None = None,
+) -> RunReport:
+    """Run the edit (see the module contract). Raises only :class:`EditError` for a
+    ``--stats-json`` file that cannot be created, before anything else happens.
+    ``on_event`` sees every generation step (after the view's live panel)."""
+    stats = StatsLog(config.stats_json)
+    run = _Run(config, view, signals or Signals(), stats, on_event)
+    try:
+        run.all()
+    finally:
+        run.stats_problem(stats.close())
+    return run.report
+
+
+class _Run:
+    def __init__(
+        self,
+        config: EditConfig,
+        view: View,
+        signals: Signals,
+        stats: StatsLog,
+        on_event: EventHook | None,
+    ) -> None:
+        self.config = config
+        self.view = view
+        self.signals = signals
+        self.stats = stats
+        self.on_event = on_event
+        self.report = RunReport()
+
+    def all(self) -> None:
+        cfg = self.config
+        items = read_inputs(
+            cfg.paths, cfg.writeback, stdin=_stdin(), stdin_filename=cfg.stdin_filename
+        )
+        self.report.inputs = len(items)
+        todo = [item for item in items if isinstance(item, EditInput)]
+        for item in items:
+            if isinstance(item, Outcome):
+                self.finish(item)
+        if not todo:
+            return
+        try:
+            session = self.session()
+        except KeyboardInterrupt as exc:
+            self.view.error(f"{describe(exc)}; nothing written")
+            self.report.fail(exit_code_of(exc))
+            return
+        if session is None:
+            return
+        for n, item in enumerate(todo):
+            if self.one(session, item) or self.stop_after(len(todo) - n - 1):
+                return
+
+    def session(self) -> EditSession | None:
+        """Load the model (``None`` after reporting a model error) and open the session."""
+        started = time.perf_counter()
+        try:
+            loaded, threads = load_model(
+                self.config.model, verbose=self.view.verbose, progress=self.view.progress()
+            )
+        except ModelError as exc:
+            self.view.error(str(exc))
+            self.report.fail(EXIT_USAGE)
+            return None
+        self.view.info(
+            f"model {loaded.name} ({loaded.source}) on {loaded.device}, {loaded.dtype}, "
+            f"{threads} threads, loaded in {time.perf_counter() - started:.1f}s"
+        )
+        session = EditSession(loaded, self.config.options, self.config.template)
+        self.view.info(f"prompt template {session.template.name}; method {session.options.method}")
+        return session
+
+    def one(self, session: EditSession, item: EditInput) -> bool:
+        """Edit, apply and report one file; True when the run must stop (interrupted)."""
+        try:
+            result = self.generate(session, item)
+            with self.signals.deferred():
+                outcome = self.apply(result, item)
+                self.finish(outcome)
+        except KeyboardInterrupt as exc:
+            outcome = Outcome.interrupted(item.name, exc)
+            self.finish(outcome)
+        except EditError as exc:
+            outcome = Outcome.failed(item.name, exc)
+            self.finish(outcome)
+        except (ModelError, UnsupportedModelError) as exc:  # this model cannot do that: exit 2
+            outcome = Outcome(item.name, Status.ERROR, EXIT_USAGE, str(exc))
+            self.finish(outcome)
+        return outcome.status is Status.INTERRUPTED
+
+    def apply(self, result: EditResult, item: EditInput) -> Outcome:
+        """Apply under the write-back mode; a signal held back until the write cancels it."""
+        try:
+            return apply_result(
+                result, self.config.writeback, name=item.name, checkpoint=self.signals.check
+            )
+        except KeyboardInterrupt as exc:
+            return Outcome.interrupted(item.name, exc)
+
+    def generate(self, session: EditSession, item: EditInput) -> EditResult:
+        prepared = session.prepare(item.source, self.config.instruction, item.lang)
+        self.view.info(
+            f"{item.name}: {len(prepared.prompt.ids)} prompt tokens, "
+            f"{prepared.source_tokens} file tokens, budget "
+            f"{prepared.config.max_new_tokens}, context {prepared.context_limit}"
+        )
+        method = session.options.method
+        with self.view.generating(item.name, session.loaded.tokenizer, method) as panel:
+            return session.run(prepared, _chain(panel, self.on_event))
+
+    def finish(self, outcome: Outcome) -> None:
+        """Report one file: stdout data, result line, stats row."""
+        self.report.add(outcome)
+        self.view.data(outcome.data)
+        self.view.outcome(outcome)
+        self.stats_problem(self.stats.write(outcome))
+
+    def stats_problem(self, message: str | None) -> None:
+        if message:
+            self.view.error(message)
+            self.report.fail(EXIT_USAGE)
+
+    def stop_after(self, remaining: int) -> bool:
+        """A signal held back while the last file was applied: stop the run here."""
+        if self.signals.pending is None:
+            return False
+        exc = Interrupted(self.signals.pending)
+        self.signals.pending = None
+        if remaining:
+            self.view.error(f"{describe(exc)}; {remaining} more file(s) not edited")
+            self.report.fail(exc.exit_code)
+        return True
+
+
+def load_model(
+    config: ModelConfig, *, verbose: bool = False, progress: bool | None = None
+) -> tuple[Any, int]:
+    """Set torch's CPU threads, then load the model: ``(LoadedModel, threads)``.
+    Raises :class:`~adapld_cli.model.ModelError`."""
+    from adapld_cli.model import load
+    from adapld_cli.model.placement import set_threads
+
+    threads = set_threads(config.threads)
+    loaded = load(
+        config.spec, device=config.device, dtype=config.dtype, verbose=verbose, progress=progress
+    )
+    return loaded, threads
+
+
+def _chain(*hooks: EventHook | None) -> EventHook | None:
+    """One callback calling each of ``hooks`` that is set (``None`` when none is)."""
+    live = [h for h in hooks if h is not None]
+    if not live:
+        return None
+    if len(live) == 1:
+        return live[0]
+
+    def call(event: StepEvent) -> None:
+        for hook in live:
+            hook(event)
+
+    return call
+
+
+def _stdin() -> Any:
+    return getattr(sys.stdin, "buffer", sys.stdin)

@@ -68,7 +68,8 @@ class Outcome:
     def interrupted(cls, name: str, exc: BaseException) -> Outcome:
         """Interrupted while generating: nothing written, exit 130 (SIGINT) or 143 (SIGTERM)."""
         code = getattr(exc, "exit_code", EXIT_INTERRUPTED)
-        return cls(name, Status.INTERRUPTED, code, "nothing written")
+        why = "" if code == EXIT_INTERRUPTED else f"{getattr(exc, 'name', 'signal')} received; "
+        return cls(name, Status.INTERRUPTED, code, f"{why}nothing written")
 
     def stats_row(self) -> dict[str, Any]:
         """The ``--stats-json`` row: path, status, then the decoding statistics if any."""

@@ -318,3 +318,62 @@ def test_c_and_cpp_items():
     assert v.names == ("MAX",)
     cpp = "namespace n {\nint z = 1;\nclass K { int f() { return z; } };\n}\n"
     assert [i.name for i in file_items(cpp, "cpp")] == ["n", "n.z", "n.K", "n.K.f"]
+
+
+def test_moves_are_kept_when_the_instruction_asks_for_them():
+    before = "def load():\n    return 1\n\n\ndef save():\n    return 2\n"
+    after = (
+        "class Store:\n    def load(self):\n        return 1\n\n"
+        "    def save(self):\n        return 2\n"
+    )
+    v = guard(before, after, "wrap these functions in a Store class")
+    assert not v.lost and v.renamed == (("load", "Store.load"), ("save", "Store.save"))
+    assert guard(before, after, "add type hints").names == ("load", "save")
+
+
+def test_method_dedented_out_of_its_class_is_lost():
+    after = (
+        INVENTORY.replace(
+            "    def tagged(self, tag: str) -> list[Item]:\n"
+            "        return [item for item in self.items.values() if tag in item.tags]\n",
+            "",
+        )
+        + "\n\ndef tagged(self, tag: str) -> list[Item]:\n    return []\n"
+    )
+    v = guard(INVENTORY, after, "add a docstring to report")
+    assert v.lost and v.names == ("Inventory.tagged",)
+
+
+# -- data files: keys are the names --------------------------------------------------------------
+CONFIG = (
+    '{\n  "host": "localhost",\n  "port": 8080,\n  "db": {"user": "app", "pass": "x"},\n'
+    '  "servers": [{"name": "a"}, {"name": "b"}]\n}\n'
+)
+
+
+def test_json_keys_lost_and_renamed():
+    after = '{\n  "host": "localhost",\n  "servers": [{"name": "a"}]\n}\n'
+    v = guard(CONFIG, after, "add a comment explaining each key", language="json")
+    assert v.lost and v.names == ("port", "db", "servers.name")
+    renamed = CONFIG.replace('"port"', '"listen_port"')
+    v = guard(CONFIG, renamed, "rename port to listen_port", language="json")
+    assert not v.lost and v.renamed == (("port", "listen_port"),)
+    assert not guard(CONFIG, CONFIG.replace("8080", "9090"), "use 9090", language="json").lost
+
+
+def test_toml_and_yaml_keys():
+    toml = '[tool.ruff]\nline-length = 100\n\n[tool.ruff.lint]\nselect = ["E"]\n'
+    shorter = "[tool.ruff]\nline-length = 120\n"
+    v = guard(toml, shorter, "raise the line length", language="toml")
+    assert v.names == ("tool.ruff.lint",)
+    assert not guard(toml, shorter, "remove the lint table", language="toml").lost
+    yaml = "on: [push]\njobs:\n  test:\n    steps:\n      - run: a\n      - run: b\n"
+    v = guard(yaml, yaml.replace("      - run: b\n", ""), "add a job", language="yaml")
+    assert v.names == ("jobs.test.steps.run",)
+    assert not guard(yaml, yaml + "  lint:\n    steps: []\n", "add a job", language="yaml").lost
+
+
+def test_data_file_that_does_not_parse_before_gets_only_the_line_rule():
+    jsonc = '// settings\n{"a": 1, "b": 2}\n'
+    v = guard(jsonc, '{"a": 1}\n', "fix", language="json")
+    assert not v.structural and not v.lost

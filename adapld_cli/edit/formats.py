@@ -158,6 +158,76 @@ def _yaml(text: str) -> SyntaxIssue | None:
     return None
 
 
+# -- keys of data documents (the scope guard's "definitions" for data files) -------------------
+_MAX_DEPTH = 64
+
+
+def data_keys(text: str, fmt: str | None) -> list[str] | None:
+    """Every mapping key of a JSON/TOML/YAML document as a dotted path (``tool.ruff.select``;
+    keys inside list items share the list's path, so they repeat), in document order.
+    ``None`` when ``fmt`` is not one of those or ``text`` does not parse."""
+    if fmt not in {"json", "toml", "yaml"} or first_format_error(text, fmt) is not None:
+        return None
+    if fmt == "yaml":
+        return _yaml_keys(text)
+    if fmt == "json":
+        value = json.loads(text, object_pairs_hook=_Pairs)
+    else:
+        parser = _toml_parser()
+        if parser is None:
+            return None
+        value = parser.loads(text)
+    out: list[str] = []
+    _walk_keys(value, "", out, 0)
+    return out
+
+
+class _Pairs(list):
+    """A JSON object kept as its (key, value) pairs (duplicate keys included)."""
+
+
+def _walk_keys(value: Any, prefix: str, out: list[str], depth: int) -> None:
+    if depth > _MAX_DEPTH:
+        return
+    pairs = (
+        value if isinstance(value, _Pairs) else value.items() if isinstance(value, dict) else None
+    )
+    if pairs is not None:
+        for key, inner in pairs:
+            path = f"{prefix}{key}"
+            out.append(path)
+            _walk_keys(inner, path + ".", out, depth + 1)
+    elif isinstance(value, list):
+        for inner in value:
+            _walk_keys(inner, prefix, out, depth + 1)
+
+
+def _yaml_keys(text: str) -> list[str] | None:
+    try:
+        import yaml
+    except ImportError:
+        return None
+    out: list[str] = []
+    for document in yaml.compose_all(text, Loader=yaml.SafeLoader):
+        _walk_yaml(document, "", out, 0)
+    return out
+
+
+def _walk_yaml(node: Any, prefix: str, out: list[str], depth: int) -> None:
+    import yaml
+
+    if node is None or depth > _MAX_DEPTH:
+        return
+    if isinstance(node, yaml.MappingNode):
+        for key, inner in node.value:
+            label = key.value if isinstance(key, yaml.ScalarNode) else "?"
+            out.append(f"{prefix}{label}")
+            _walk_yaml(inner, f"{prefix}{label}.", out, depth + 1)
+    elif isinstance(node, yaml.SequenceNode):
+        for inner in node.value:
+            _walk_yaml(inner, prefix, out, depth + 1)
+
+
 _CHECKERS = {"json": _json, "jsonl": _jsonl, "toml": _toml, "yaml": _yaml}
 
 
@@ -166,4 +236,11 @@ def format_label(fmt: str | None) -> str:
     return _LABELS.get(fmt or "", fmt or "text")
 
 
-__all__ = ["check_format", "first_format_error", "format_for", "format_label", "precheck"]
+__all__ = [
+    "check_format",
+    "data_keys",
+    "first_format_error",
+    "format_for",
+    "format_label",
+    "precheck",
+]

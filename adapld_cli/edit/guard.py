@@ -18,8 +18,10 @@ written (--force writes it anyway)`` (or ``would drop 50 of 55 non-blank lines, 
 instruction does not ask for; ...``); ``verdict.message`` is the same without the ``;
 nothing written ...`` tail. ``verdict.names`` lists what would be lost (a lost class stands for
 its methods; definitions and assignments in source order, then imports). ``language`` is the
-id from :func:`adapld_cli.edit.syntax.language_for` (``None`` or a language without a grammar:
-only the line rule runs). The function is pure and fast (two tree-sitter parses per text).
+id from :func:`adapld_cli.edit.syntax.language_for` (``result.lang``): a language with a
+grammar gets rule 1 on its definitions and statements, ``"json"``/``"toml"``/``"yaml"`` get
+rule 1 on their keys, anything else (``None``, ``"shell"``...) only rule 2. The function is
+pure, never writes, and takes a few milliseconds (two tree-sitter parses per text).
 
 Rules
 -----
@@ -35,15 +37,23 @@ Rules
      ``Item.total_value``), as a whole identifier, case-sensitive; a lowercase word that
      starts a clause (the imperative verb in ``add a docstring to size``) does not count;
    - it was renamed: a new name of the same kind under the same parent appeared, and either
-     the instruction names the new name or the text is the same except for the name;
+     the text is the same except for the name, or the instruction speaks of renaming
+     (``rename``, ``call it``...) and names the new name;
+   - it moved: the same name of the same kind appeared under another parent and the
+     instruction speaks of moving (``move``, ``extract``, ``wrap``, ``convert``, ``refactor``,
+     ``split``, ``group``, ``nest``, ``reorganise``, ``restructure``);
    - an enclosing definition was renamed or is allowed to go (``Item`` renamed to ``Product``
      keeps ``Item.total_value`` as ``Product.total_value``);
    - the instruction asks to delete a whole kind: a deletion word (rule 2) with one of
      ``unused/dead/redundant/duplicate/obsolete/unnecessary/all/every`` and a kind noun
      (``imports``, ``functions``/``helpers``/``methods``, ``classes``, ``constants``/
-     ``variables``/``macros``; ``code`` means every kind), e.g. "remove unused imports".
+     ``variables``/``macros``, ``keys``/``entries``/``settings``; ``code`` means every kind),
+     e.g. "remove unused imports".
 
-   A method that moves to another class is lost unless the instruction names it.
+   So a method that moves to another class (or a function dedented out of its class) is lost
+   unless the instruction names it or asks for a move. For JSON, TOML and YAML (when
+   ``before`` parses) the names are every mapping key as a dotted path (``tool.ruff.select``;
+   keys of list items repeat under the list's path), compared the same way.
 2. **Line share** (every file): dropping more than half of ``before``'s non-blank lines (and
    at least 3 of them, or all of them) is lost unless the instruction asks to delete or shrink:
    one of the words in :data:`DELETION_WORDS` (delete, remove, drop, strip, shorten, simplify,
@@ -59,6 +69,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
+from adapld_cli.edit.formats import data_keys, first_format_error
 from adapld_cli.edit.syntax import Definition, first_syntax_error, has_grammar, outline, parse
 
 REFUSAL_TAIL = "; nothing written (--force writes it anyway)"
@@ -99,12 +110,19 @@ _KIND_NOUNS: dict[str, tuple[str, ...]] = {
     r"functions?|methods?|helpers?|procedures?|constructors?|funcs?": ("function",),
     r"class(?:es)?|structs?|types?|interfaces?|enums?|traits?|records?": ("class",),
     r"constants?|variables?|globals?|assignments?|macros?|defines?|statics?": ("assignment",),
-    r"code": ("import", "function", "class", "assignment"),
+    r"keys?|entries|fields|settings|options|sections|tables": ("key",),
+    r"code": ("import", "function", "class", "assignment", "key"),
 }
 _CLAUSE_START_RE = re.compile(
     r"(?:^|[.;:!?,\n(])\s*(?:(?:please|also|then|and|now|just|first|finally)\s+)*$", re.I
 )
 _RENAME_RE = re.compile(r"\b(?:renam\w*|call(?:ed)? it|name it)\b", re.IGNORECASE)
+_MOVE_RE = re.compile(
+    r"\b(?:mov(?:e|es|ed|ing)|extract\w*|wrap\w*|convert\w*|refactor\w*|split\w*|group\w*"
+    r"|nest\w*|reorgani[sz]\w*|restructur\w*)\b",
+    re.IGNORECASE,
+)
+DATA_FORMATS = frozenset({"json", "toml", "yaml"})  # language ids whose "definitions" are keys
 _CONTAINERS = {"namespace_definition", "mod_item", "internal_module"}  # qualify statements
 _STOP = {  # bodies whose statements are not top-level
     "lambda", "arrow_function", "function_expression", "function", "generator_function",
@@ -194,7 +212,7 @@ def check_scope(before: str, after: str, *, language: str | None, instruction: s
         return ScopeVerdict(lost=False, **base)
     line_rule = not asks and drops_too_much(n_before, n_after)
     old = file_items(before, language) if _structural(before, language) else None
-    if old is None:
+    if not old:
         return ScopeVerdict(lost=line_rule, line_rule=line_rule, **base)
     lost, allowed, renamed = compare_items(old, file_items(after, language) or [], instruction)
     return ScopeVerdict(
@@ -323,15 +341,22 @@ def _missing_ancestor(name: str, status: dict[str, str]) -> str | None:
 
 
 def _rename_partner(item: Item, added: list[Item], instruction: str) -> Item | None:
-    """An added item of the same kind and parent that is ``item`` renamed: same text but the
-    name, or (when the instruction speaks of renaming) a new name the instruction names."""
+    """An added item of the same kind that is ``item`` renamed or moved: under the same parent,
+    the same text but the name, or (when the instruction speaks of renaming) a new name the
+    instruction names; under another parent, the same name when the instruction speaks of
+    moving (move, extract, wrap, convert, refactor...)."""
     parent, _, old_leaf = item.name.rpartition(".")
     asks_rename = _RENAME_RE.search(instruction) is not None
+    asks_move = _MOVE_RE.search(instruction) is not None
     for cand in added:
         cand_parent, _, new_leaf = cand.name.rpartition(".")
-        if cand.kind != item.kind or cand_parent != parent:
+        if cand.kind != item.kind:
             continue
-        if item.text.replace(old_leaf, new_leaf) == cand.text:
+        if cand_parent != parent:
+            if asks_move and new_leaf == old_leaf:
+                return cand
+            continue
+        if item.text and item.text.replace(old_leaf, new_leaf) == cand.text:
             return cand
         if asks_rename and names_in(cand.name, instruction):
             return cand
@@ -348,12 +373,17 @@ def _unique(names: list[str]) -> list[str]:
 
 # -- items of a file -------------------------------------------------------------------------
 def _structural(before: str, language: str | None) -> bool:
+    if language in DATA_FORMATS:
+        return first_format_error(before, language) is None
     return has_grammar(language) and first_syntax_error(before, language) is None
 
 
 def file_items(text: str, language: str | None) -> list[Item] | None:
-    """Definitions and top-level statements of ``text`` in source order; ``None`` without a
-    grammar."""
+    """Definitions and top-level statements of ``text`` in source order (for JSON, TOML and
+    YAML: every mapping key as a dotted path); ``None`` without a grammar."""
+    if language in DATA_FORMATS:
+        keys = data_keys(text, language)
+        return [Item(k, "key", n) for n, k in enumerate(keys or [], start=1)]
     tree = parse(text, language)
     if tree is None:
         return None

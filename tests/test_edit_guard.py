@@ -377,3 +377,16 @@ def test_data_file_that_does_not_parse_before_gets_only_the_line_rule():
     jsonc = '// settings\n{"a": 1, "b": 2}\n'
     v = guard(jsonc, '{"a": 1}\n', "fix", language="json")
     assert not v.structural and not v.lost
+
+
+def test_reassignment_merged_into_one_is_not_lost():
+    before = "import pandas as pd\n\ndf = pd.read_csv('x.csv')\ndf = df.dropna()\nprint(df)\n"
+    after = "import pandas as pd\n\ndf = pd.read_csv('x.csv').dropna()\nprint(df)\n"
+    assert not guard(before, after, "chain the calls").lost
+
+
+def test_header_and_short_names():
+    assert names_in("sys/types.h", "drop the types.h include")
+    assert names_in("stdio.h", "is stdio needed?")
+    assert not names_in("stdio.h", "fix the .h guard")
+    assert names_in("h", "rename h to height")  # a variable called h is still a name

@@ -110,13 +110,15 @@ _KIND_NOUNS: dict[str, tuple[str, ...]] = {
     r"functions?|methods?|helpers?|procedures?|constructors?|funcs?": ("function",),
     r"class(?:es)?|structs?|types?|interfaces?|enums?|traits?|records?": ("class",),
     r"constants?|variables?|globals?|assignments?|macros?|defines?|statics?": ("assignment",),
-    r"keys?|entries|fields|settings|options|sections|tables": ("key",),
+    r"keys?|entry|entries|fields?|settings?|options?|sections?|tables?": ("key",),
     r"code": ("import", "function", "class", "assignment", "key"),
 }
+_HEADER_RE = re.compile(r"(.+?)(\.(?:h|hh|hpp|hxx|h\+\+|inc|inl|tcc))")
 _CLAUSE_START_RE = re.compile(
     r"(?:^|[.;:!?,\n(])\s*(?:(?:please|also|then|and|now|just|first|finally)\s+)*$", re.I
 )
 _RENAME_RE = re.compile(r"\b(?:renam\w*|call(?:ed)? it|name it)\b", re.IGNORECASE)
+_SET_KINDS = {"assignment", "import"}  # compared by presence, not count
 _MOVE_RE = re.compile(
     r"\b(?:mov(?:e|es|ed|ing)|extract\w*|wrap\w*|convert\w*|refactor\w*|split\w*|group\w*"
     r"|nest\w*|reorgani[sz]\w*|restructur\w*)\b",
@@ -249,13 +251,25 @@ def names_in(name: str, instruction: str) -> bool:
 
 
 def _candidates(name: str) -> set[str]:
+    """Ways an instruction may name ``name``: itself and its last part (``Item.total_value``
+    -> ``total_value``, ``os/exec`` -> ``exec``, ``impl Shape`` -> ``Shape``, ``sys/types.h``
+    -> ``types.h`` and ``types``)."""
     out = {name}
+    header = _HEADER_RE.fullmatch(name)
+    if header:  # a C/C++ include: the file name and its stem, not the extension
+        out.update(
+            {
+                header.group(1).rsplit("/", 1)[-1],
+                header.group(1).rsplit("/", 1)[-1] + header.group(2),
+            }
+        )
+        return out
     for sep in (".", "::", "/"):
         if sep in name:
             out.add(name.rsplit(sep, 1)[-1])
     if name.startswith("impl "):
         out.add(name[5:].split(".", 1)[0])
-    return {c for c in out if c and c not in {"*", "h"}}
+    return {c for c in out if c and c != "*"}
 
 
 def _mentions(word: str, instruction: str) -> bool:
@@ -320,13 +334,16 @@ def compare_items(
 
 
 def _missing(old: list[Item], new: list[Item]) -> list[Item]:
-    """Items of ``old`` beyond their count in ``new`` (the later duplicates)."""
+    """Items of ``old`` beyond their count in ``new`` (the later duplicates). Definitions and
+    keys count as a multiset (an overload or a property setter is one of two); assignments
+    and imports only as present or not (``df = ...`` twice may become once)."""
     left = Counter(i.name for i in new)
     seen: Counter[str] = Counter()
     out = []
     for item in old:
         seen[item.name] += 1
-        if seen[item.name] > left[item.name]:
+        limit = left[item.name] if item.kind not in _SET_KINDS else min(left[item.name], 1)
+        if seen[item.name] > limit and (item.kind not in _SET_KINDS or seen[item.name] == 1):
             out.append(item)
     return out
 

@@ -67,6 +67,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 from adapld_cli.edit.formats import data_keys, first_format_error
@@ -113,6 +114,7 @@ _KIND_NOUNS: dict[str, tuple[str, ...]] = {
     r"keys?|entry|entries|fields?|settings?|options?|sections?|tables?": ("key",),
     r"code": ("import", "function", "class", "assignment", "key"),
 }
+_WORD_RE = re.compile(r"[\w$]+")
 _HEADER_RE = re.compile(r"(.+?)(\.(?:h|hh|hpp|hxx|h\+\+|inc|inl|tcc))")
 _CLAUSE_START_RE = re.compile(
     r"(?:^|[.;:!?,\n(])\s*(?:(?:please|also|then|and|now|just|first|finally)\s+)*$", re.I
@@ -139,7 +141,7 @@ class Item:
     """One named thing of a file: a definition or a top-level statement."""
 
     name: str  # qualified: "Item.total_value", "DATA", "dataclass"
-    kind: str  # "function" | "class" | "assignment" | "import"
+    kind: str  # "function" | "class" | "assignment" | "import" | "key"
     line: int  # 1-based
     text: str = ""
 
@@ -154,9 +156,11 @@ class ScopeVerdict:
       definitions and assignments in source order, then imports); may be empty when only the
       line rule fired.
     - ``allowed``: names that went missing with the instruction's blessing (named, or a kind
-      it asks to delete); ``renamed``: ``(old, new)`` pairs counted as kept.
+      it asks to delete); ``renamed``: ``(old, new)`` pairs counted as kept (renames and
+      moves: ``("load", "Store.load")``).
     - ``lines_before`` / ``lines_after``: non-blank line counts; ``asks_to_delete``: the
-      instruction has a deletion word; ``structural``: the tree-sitter comparison ran.
+      instruction has a deletion word; ``structural``: names were compared (a grammar or a
+      data format, ``before`` parses and has names); ``line_rule``: rule 2 fired.
     """
 
     lost: bool
@@ -167,7 +171,7 @@ class ScopeVerdict:
     lines_after: int = 0
     asks_to_delete: bool = False
     structural: bool = False
-    line_rule: bool = False  # the line-share rule fired (alone or with names)
+    line_rule: bool = False
 
     @property
     def dropped_lines(self) -> int:
@@ -272,6 +276,7 @@ def _candidates(name: str) -> set[str]:
     return {c for c in out if c and c != "*"}
 
 
+@lru_cache(maxsize=4096)
 def _mentions(word: str, instruction: str) -> bool:
     pattern = re.compile(r"(?<![\w$])" + re.escape(word) + r"(?![\w$])")
     verb_like = re.fullmatch(r"[a-z]+", word) is not None
@@ -299,7 +304,7 @@ def compare_items(
 ) -> tuple[list[str], list[str], list[tuple[str, str]]]:
     """``(lost names for display, allowed names, renamed pairs)`` for ``old`` -> ``new``."""
     missing = _missing(old, new)
-    added = _missing(new, old)
+    partners = _Partners(_missing(new, old), instruction)
     present = {i.name for i in new}
     kinds = wholesale_kinds(instruction)
     status: dict[str, str] = {}  # name -> "allowed" | "renamed" | "lost"
@@ -316,9 +321,8 @@ def compare_items(
         if parent is not None and new_names[parent] + item.name[len(parent) :] in present:
             status[item.name] = "renamed"  # moved along with its renamed parent
             continue
-        partner = _rename_partner(item, added, instruction)
+        partner = partners.take(item)
         if partner is not None:
-            added.remove(partner)
             renamed.append((item.name, partner.name))
             new_names[item.name] = partner.name
             status[item.name] = "renamed"
@@ -357,27 +361,56 @@ def _missing_ancestor(name: str, status: dict[str, str]) -> str | None:
     return None
 
 
-def _rename_partner(item: Item, added: list[Item], instruction: str) -> Item | None:
-    """An added item of the same kind that is ``item`` renamed or moved: under the same parent,
-    the same text but the name, or (when the instruction speaks of renaming) a new name the
-    instruction names; under another parent, the same name when the instruction speaks of
-    moving (move, extract, wrap, convert, refactor...)."""
-    parent, _, old_leaf = item.name.rpartition(".")
-    asks_rename = _RENAME_RE.search(instruction) is not None
-    asks_move = _MOVE_RE.search(instruction) is not None
-    for cand in added:
-        cand_parent, _, new_leaf = cand.name.rpartition(".")
-        if cand.kind != item.kind:
-            continue
-        if cand_parent != parent:
-            if asks_move and new_leaf == old_leaf:
+class _Partners:
+    """The added items, indexed to find what a missing item became (each used once):
+
+    - a rename: same kind and parent, and the same text once each item's own name is blanked
+      out, or (when the instruction speaks of renaming) a new name the instruction names;
+    - a move: same kind and name under another parent, when the instruction speaks of moving
+      (move, extract, wrap, convert, refactor, split, group, nest, reorganise, restructure).
+    """
+
+    def __init__(self, added: list[Item], instruction: str) -> None:
+        self.used: set[int] = set()
+        self.by_text: dict[tuple[str, str, str], list[Item]] = {}
+        self.by_leaf: dict[tuple[str, str], list[Item]] = {}
+        self.named: dict[tuple[str, str], list[Item]] = {}
+        asks_rename = _RENAME_RE.search(instruction) is not None
+        self.asks_move = _MOVE_RE.search(instruction) is not None
+        for cand in added:
+            parent, _, leaf = cand.name.rpartition(".")
+            if cand.text:
+                key = (cand.kind, parent, _blank(cand.text, leaf))
+                self.by_text.setdefault(key, []).append(cand)
+            self.by_leaf.setdefault((cand.kind, leaf), []).append(cand)
+            if asks_rename and names_in(cand.name, instruction):
+                self.named.setdefault((cand.kind, parent), []).append(cand)
+
+    def take(self, item: Item) -> Item | None:
+        parent, _, leaf = item.name.rpartition(".")
+        if item.text:
+            found = self._first(self.by_text.get((item.kind, parent, _blank(item.text, leaf))))
+            if found is not None:
+                return found
+        found = self._first(self.named.get((item.kind, parent)))
+        if found is None and self.asks_move:
+            moved = self.by_leaf.get((item.kind, leaf), [])
+            found = self._first([c for c in moved if c.name.rpartition(".")[0] != parent])
+        return found
+
+    def _first(self, cands: list[Item] | None) -> Item | None:
+        for cand in cands or []:
+            if id(cand) not in self.used:
+                self.used.add(id(cand))
                 return cand
-            continue
-        if item.text and item.text.replace(old_leaf, new_leaf) == cand.text:
-            return cand
-        if asks_rename and names_in(cand.name, instruction):
-            return cand
-    return None
+        return None
+
+
+def _blank(text: str, name: str) -> str:
+    """``text`` with the whole-word occurrences of ``name`` blanked out (for rename pairing)."""
+    if name not in text:
+        return text
+    return _WORD_RE.sub(lambda m: "\0" if m.group() == name else m.group(), text)
 
 
 def _display_order(items: list[Item]) -> list[Item]:

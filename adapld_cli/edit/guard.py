@@ -278,6 +278,8 @@ def _candidates(name: str) -> set[str]:
 
 @lru_cache(maxsize=4096)
 def _mentions(word: str, instruction: str) -> bool:
+    if word not in instruction:
+        return False
     pattern = re.compile(r"(?<![\w$])" + re.escape(word) + r"(?![\w$])")
     verb_like = re.fullmatch(r"[a-z]+", word) is not None
     for m in pattern.finditer(instruction):

@@ -47,7 +47,7 @@ import stat
 import sys
 import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from adapld_cli.edit.errors import (
@@ -119,6 +119,8 @@ class SourceFile:
         text: decoded text with ``\\n`` line endings and no BOM (the model's view).
         encoding: ``"utf-8"`` or ``"utf-8-sig"`` (a BOM was present).
         newline: ``"\\n"`` or ``"\\r\\n"`` (the dominant style of the original).
+        snapshot: what the file was when read (``None`` for stdin or bytes decoded directly);
+            pass it to :func:`atomic_write` as ``expect`` (or use :func:`write_source`).
     """
 
     name: str
@@ -127,6 +129,7 @@ class SourceFile:
     text: str
     encoding: str = "utf-8"
     newline: str = "\n"
+    snapshot: Snapshot | None = None
 
     @property
     def trailing_newline(self) -> bool:
@@ -172,16 +175,7 @@ def read_source(path: str | os.PathLike[str], name: str | None = None) -> Source
         return decode_source(sys.stdin.buffer.read(), name or "<stdin>")
     p = Path(path)
     raw, st = _read_regular(p, shown)
-    src = decode_source(raw, shown, p)
-    return SourceFile(
-        name=src.name,
-        path=src.path,
-        raw=src.raw,
-        text=src.text,
-        encoding=src.encoding,
-        newline=src.newline,
-        snapshot=Snapshot.of(st, raw),
-    )
+    return replace(decode_source(raw, shown, p), snapshot=Snapshot.of(st, raw))
 
 
 def _read_regular(path: Path, shown: str) -> tuple[bytes, os.stat_result]:

@@ -63,3 +63,13 @@ class UndoError(EditError):
     """``adapld undo`` cannot start: empty journal, no such run. Exit 2."""
 
     exit_code = EXIT_USAGE
+
+
+class JournalError(EditError):
+    """The undo journal could not record a file's original bytes; nothing written. Exit 2.
+
+    Raised by :meth:`adapld_cli.edit.journal.Run.record` (``$ADAPLD_HOME`` not writable, disk
+    full, lock timeout): a write that could not be undone is not made.
+    """
+
+    exit_code = EXIT_USAGE

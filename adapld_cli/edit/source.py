@@ -178,6 +178,23 @@ def read_source(path: str | os.PathLike[str], name: str | None = None) -> Source
     return replace(decode_source(raw, shown, p), snapshot=Snapshot.of(st, raw))
 
 
+def read_snapshot(path: str | os.PathLike[str]) -> tuple[bytes, Snapshot] | None:
+    """The bytes of an existing regular file and their :class:`Snapshot`; ``None`` if absent.
+
+    Never opens a FIFO or device (:class:`SpecialFileError`); a directory or an unreadable
+    file raises :class:`InputError`. Used for ``-o`` targets and by ``adapld undo``.
+    """
+    shown = str(path)
+    try:
+        os.stat(path)
+    except FileNotFoundError:
+        return None
+    except OSError:
+        pass  # _read_regular reports it
+    raw, st = _read_regular(Path(path), shown)
+    return raw, Snapshot.of(st, raw)
+
+
 def _read_regular(path: Path, shown: str) -> tuple[bytes, os.stat_result]:
     """The bytes of a regular file and its ``fstat`` taken after reading them."""
     _require_regular(_stat(path, shown), shown)

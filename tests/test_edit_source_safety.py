@@ -28,6 +28,7 @@ from adapld_cli.edit.source import (
     read_snapshot,
     read_source,
     sha256,
+    unique_paths,
     write_source,
 )
 
@@ -301,3 +302,16 @@ def test_dev_stdin_reads_like_dash(monkeypatch):
     assert src.text == "x = 1\n" and src.newline == "\r\n"
     with pytest.raises(InputError):
         write_source(src, b"y\n")
+
+
+def test_unique_paths(py, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    link = tmp_path / "link.py"
+    link.symlink_to(py)
+    twin = tmp_path / "twin.py"
+    os.link(py, twin)
+    other = tmp_path / "b.py"
+    other.write_text("b\n")
+    given = ["a.py", str(py), "./a.py", "b.py", "link.py", "twin.py", "gone.py", "./gone.py"]
+    assert unique_paths(given) == ["a.py", "b.py", "gone.py"]
+    assert unique_paths(["-", "/dev/stdin"]) == ["-"]

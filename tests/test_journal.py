@@ -322,3 +322,8 @@ def test_concurrent_runs_do_not_corrupt_the_journal(tmp_path, work):
     for n in range(1, 5):
         assert Journal(root).undo(n).exit_code == 0
     assert all(p.read_bytes() == b"original\n" for p in paths)
+
+
+def test_journal_folder_is_private(journal, work):
+    edit(journal, "x", (make(work, "a.py"), b"new\n"))
+    assert stat.S_IMODE(journal.root.stat().st_mode) == 0o700

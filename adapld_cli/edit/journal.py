@@ -216,7 +216,7 @@ class Journal:
         """Hold the journal's lock (creates the folder). Raises OSError / filelock.Timeout."""
         from filelock import FileLock
 
-        self.root.mkdir(parents=True, exist_ok=True)
+        self.root.mkdir(mode=0o700, parents=True, exist_ok=True)  # copies of user code
         with FileLock(str(self.root / "journal.lock"), timeout=self.lock_timeout):
             yield
 

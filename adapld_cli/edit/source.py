@@ -108,6 +108,33 @@ def is_stdin_path(path: str | os.PathLike[str]) -> bool:
     return os.fspath(path) in _STDIN_ALIASES
 
 
+def unique_paths(paths: list[str]) -> list[str]:
+    """``paths`` without later names of a file already listed (first occurrence kept).
+
+    Two names are the same file when they resolve to the same inode (``a.py``, ``./a.py``,
+    a symlink or a hard link to it); paths that cannot be stat'ed are compared as absolute
+    paths and stdin aliases as ``-``. The CLI edits each file once.
+    """
+    seen: set[object] = set()
+    kept = []
+    for p in paths:
+        key = _identity(p)
+        if key not in seen:
+            seen.add(key)
+            kept.append(p)
+    return kept
+
+
+def _identity(path: str) -> object:
+    if is_stdin_path(path):
+        return "-"
+    try:
+        st = os.stat(path)
+    except (OSError, ValueError):
+        return os.path.abspath(path)
+    return (st.st_dev, st.st_ino)
+
+
 @dataclass(frozen=True)
 class SourceFile:
     """One input file, decoded.

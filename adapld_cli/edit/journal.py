@@ -294,7 +294,7 @@ class Journal:
             if jf.original_sha256 is None:
                 return FileOutcome(jf.path, "already", "gone, as before the run")
             return FileOutcome(jf.path, "missing", "no longer exists")
-        raw, snap = current
+        _, snap = current
         digest = snap.sha256
         if digest == jf.original_sha256:
             return FileOutcome(jf.path, "already", "already holds the original")

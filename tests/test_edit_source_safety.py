@@ -315,3 +315,23 @@ def test_unique_paths(py, tmp_path, monkeypatch):
     given = ["a.py", str(py), "./a.py", "b.py", "link.py", "twin.py", "gone.py", "./gone.py"]
     assert unique_paths(given) == ["a.py", "b.py", "gone.py"]
     assert unique_paths(["-", "/dev/stdin"]) == ["-"]
+
+
+def test_hard_link_write_failure_puts_the_old_bytes_back(py, tmp_path, monkeypatch):
+    os.link(py, tmp_path / "twin.py")
+    src = read_source(py)
+    real_pwrite = os.pwrite
+    calls = []
+
+    def flaky(fd, data, offset):
+        calls.append(offset)
+        if len(calls) == 1:
+            real_pwrite(fd, bytes(data[:3]), offset)  # a partial write, then the disk fails
+            raise OSError(5, "Input/output error")
+        return real_pwrite(fd, data, offset)
+
+    monkeypatch.setattr(os, "pwrite", flaky)
+    with pytest.raises(OSError):
+        write_source(src, b"completely new content\n")
+    assert py.read_bytes() == src.raw
+    assert leftovers(tmp_path) == []

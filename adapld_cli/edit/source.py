@@ -450,21 +450,47 @@ def _copy_owner(fd: int, old: os.stat_result) -> None:
 
 
 def _write_through(target: Path, data: bytes, old: os.stat_result, shown: str) -> None:
-    """Overwrite ``target`` in place (same inode): how a hard-linked file stays linked."""
-    fd = os.open(target, os.O_WRONLY | getattr(os, "O_NOCTTY", 0))
+    """Overwrite ``target`` in place (same inode): how a hard-linked file stays linked.
+
+    Space is reserved first; if writing fails midway, the bytes read just before are
+    written back (best effort) and the error propagates.
+    """
+    fd = os.open(target, os.O_RDWR | getattr(os, "O_NOCTTY", 0))
     try:
         st = os.fstat(fd)
         if (st.st_ino, st.st_dev) != (old.st_ino, old.st_dev):
             raise ChangedOnDiskError(f"{shown}: changed on disk during the edit; nothing written")
+        before = _pread_all(fd, st.st_size)
         _reserve(fd, len(data))
-        view = memoryview(data)
-        offset = 0
-        while offset < len(data):
-            offset += os.pwrite(fd, view[offset:], offset)
-        os.ftruncate(fd, len(data))
+        try:
+            _pwrite_all(fd, data)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                _pwrite_all(fd, before)
+            raise
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def _pread_all(fd: int, size: int) -> bytes:
+    chunks = []
+    offset = 0
+    while True:
+        chunk = os.pread(fd, max(size - offset, 1 << 16), offset)
+        if not chunk:
+            return b"".join(chunks)
+        chunks.append(chunk)
+        offset += len(chunk)
+
+
+def _pwrite_all(fd: int, data: bytes) -> None:
+    """Make the open file hold exactly ``data``."""
+    view = memoryview(data)
+    offset = 0
+    while offset < len(data):
+        offset += os.pwrite(fd, view[offset:], offset)
+    os.ftruncate(fd, len(data))
 
 
 def _reserve(fd: int, size: int) -> None:

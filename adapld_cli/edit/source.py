@@ -34,7 +34,11 @@ Safety (issue 9: race-safe writes that keep the file's identity):
   keeps showing the same, new content. That write-through is not atomic for concurrent
   readers; the journal holds the original bytes for ``adapld undo``.
 - :func:`write_source` is the one call for an in-place edit: all of the above for a
-  :class:`SourceFile` read by :func:`read_source`.
+  :class:`SourceFile` read by :func:`read_source`. The check-then-replace window is a few
+  system calls wide (no portable compare-and-swap on a path exists); a change inside it is
+  not seen, but the undo journal still holds the original.
+- :func:`unique_paths` drops later names of a file already given (same inode), so a file
+  named twice in one run is edited once.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ from dataclasses import dataclass, replace
 
 @dataclass(frozen=True)
 class AdaPLDSettings:
-    """Knobs of AdaPLD drafting (paper §3; DESIGN.md §2).
+    """Knobs of AdaPLD drafting (paper §3; docs/design.md).
 
     Attributes:
         max_draft_len: ``L``, the longest copied span drafted in one step.

@@ -1,0 +1,113 @@
+"""The results of a benchmark, measured now or merged from earlier reports, and their outputs.
+
+Contract: :class:`BenchResults` holds what a report is made from (rows, skipped tasks,
+reference-solution test results, methods, ``meta``, whether the run was interrupted).
+:meth:`BenchResults.merge` reads earlier ``--json`` reports and joins their rows (halves of one
+task list run in parallel, say); a file that is not a report, or a (task, method) pair seen
+twice, raises :class:`~adapld_cli.bench.tasks.BenchError`. :meth:`document` is the JSON
+document (:func:`~adapld_cli.bench.report.document`), :meth:`write` writes it as JSON,
+Markdown and a plot (``-`` = stdout), and :meth:`exit_code` is the command's exit status:
+130 interrupted, 1 when an output that must equal ``ar`` does not, else 0.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from adapld_cli.bench.report import document, markdown
+from adapld_cli.bench.tasks import BenchError
+
+
+@dataclass
+class BenchResults:
+    meta: dict[str, Any]
+    methods: list[str]
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    skipped: list[dict[str, str]] = field(default_factory=list)
+    reference_pass: dict[str, bool] = field(default_factory=dict)
+    interrupted: bool = False
+
+    @classmethod
+    def merge(cls, paths: list[Path]) -> BenchResults:
+        """Join the rows of earlier reports; ``meta`` is the first one's plus ``merged_from``."""
+        out: BenchResults | None = None
+        metas: list[dict[str, Any]] = []
+        for path in paths:
+            part = _read_report(path)
+            metas.append(part.meta)
+            if out is None:
+                out = part
+                continue
+            seen = {(r["task"], r["method"]) for r in out.rows}
+            if any((r["task"], r["method"]) in seen for r in part.rows):
+                raise BenchError(f"--from-json {path}: repeats a (task, method) already loaded")
+            out.rows += part.rows
+            out.skipped += part.skipped
+            out.reference_pass.update(part.reference_pass)
+            out.methods += [m for m in part.methods if m not in out.methods]
+            out.interrupted = out.interrupted or part.interrupted
+        if out is None:
+            raise BenchError("--from-json: no report given")
+        out.meta = dict(out.meta)
+        out.meta["n_tasks"] = len({r["task"] for r in out.rows})
+        out.meta["merged_from"] = [
+            {"file": str(p), "command": m.get("command"), "git": m.get("git")}
+            for p, m in zip(paths, metas, strict=True)
+        ]
+        return out
+
+    def document(self) -> dict[str, Any]:
+        doc = document(self.meta, self.rows, self.methods, self.skipped, self.reference_pass)
+        doc["meta"]["interrupted"] = self.interrupted
+        return doc
+
+    def write(
+        self,
+        doc: dict[str, Any],
+        *,
+        json_to: str | None = None,
+        markdown_to: str | None = None,
+        plot_to: Path | None = None,
+    ) -> None:
+        """Write ``doc`` (from :meth:`document`) where asked; raises OSError or BenchError."""
+        if json_to is not None:
+            _write(json_to, json.dumps(doc, indent=2) + "\n")
+        if markdown_to is not None:
+            _write(markdown_to, markdown(doc))
+        if plot_to is not None and doc["tasks"]:
+            from adapld_cli.bench.plot import write_plot
+
+            write_plot(doc, plot_to)
+
+    def exit_code(self, doc: dict[str, Any]) -> int:
+        if self.interrupted:
+            return 130
+        return 1 if doc["problems"] else 0
+
+
+def _read_report(path: Path) -> BenchResults:
+    try:
+        doc = json.loads(Path(path).read_text(encoding="utf-8"))
+        meta = dict(doc.get("meta", {}))
+        return BenchResults(
+            meta=meta,
+            methods=list(doc["methods"]),
+            rows=list(doc["tasks"]),
+            skipped=list(doc.get("skipped", [])),
+            reference_pass=dict(doc.get("reference_pass", {})),
+            interrupted=bool(meta.get("interrupted")),
+        )
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise BenchError(f"--from-json {path}: not a bench report ({exc})") from None
+
+
+def _write(target: str, text: str) -> None:
+    if target == "-":
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    else:
+        Path(target).write_text(text, encoding="utf-8")

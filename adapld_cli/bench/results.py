@@ -2,6 +2,8 @@
 
 Contract: :class:`BenchResults` holds what a report is made from (rows, skipped tasks,
 reference-solution test results, methods, ``meta``, whether the run was interrupted).
+:meth:`BenchResults.measure` runs a :class:`~adapld_cli.bench.runner.BenchRunner` and
+describes the run.
 :meth:`BenchResults.merge` reads earlier ``--json`` reports and joins their rows (halves of one
 task list run in parallel, say); a file that is not a report, or a (task, method) pair seen
 twice, raises :class:`~adapld_cli.bench.tasks.BenchError`. :meth:`document` is the JSON
@@ -14,12 +16,18 @@ from __future__ import annotations
 
 import json
 import sys
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from adapld_cli.bench.meta import load_average, run_meta
 from adapld_cli.bench.report import document, markdown
-from adapld_cli.bench.tasks import BenchError
+from adapld_cli.bench.tasks import BenchError, builtin_tasks_path
+
+if TYPE_CHECKING:
+    from adapld_cli.bench.runner import BenchRunner
 
 
 @dataclass
@@ -30,6 +38,41 @@ class BenchResults:
     skipped: list[dict[str, str]] = field(default_factory=list)
     reference_pass: dict[str, bool] = field(default_factory=dict)
     interrupted: bool = False
+
+    @classmethod
+    def measure(
+        cls,
+        runner: BenchRunner,
+        *,
+        tasks_file: Path | None,
+        instruction: str,
+        on_interrupt: Callable[[], None] | None = None,
+    ) -> BenchResults:
+        """Run ``runner`` and describe the run (:func:`~adapld_cli.bench.meta.run_meta`).
+        Ctrl-C stops it: what was measured is kept, ``interrupted`` is set and
+        ``on_interrupt`` called. ``tasks_file`` None = the built-in suite."""
+        started, load_start = time.time(), load_average()
+        interrupted = False
+        try:
+            runner.run()
+        except KeyboardInterrupt:
+            interrupted = True
+            if on_interrupt is not None:
+                on_interrupt()
+        meta = run_meta(
+            runner.loaded,
+            tasks_file=str(tasks_file or builtin_tasks_path()),
+            instruction=instruction,
+            n_tasks=len(runner.tasks),
+            options=runner.options,
+            started=started,
+            warmup_s=runner.warmup_s,
+            load_start=load_start,
+            baseline_model=runner.stock.describe() if runner.stock else None,
+        )
+        methods = list(runner.options.methods)
+        rows, skipped, ref = runner.rows, runner.skipped, runner.reference_pass
+        return cls(meta, methods, rows, skipped, ref, interrupted)
 
     @classmethod
     def merge(cls, paths: list[Path]) -> BenchResults:

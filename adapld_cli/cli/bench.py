@@ -14,7 +14,6 @@ script that fails, times out or cannot start counts as not passed (pass@1), neve
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
@@ -48,13 +47,14 @@ EPILOG = (
 
 
 _D, _G, _O = "Tasks", "Generation", "Output"
+_DEFAULTS = ",".join(DEFAULT_METHODS)
 _HELPS = {
     "--tasks": "Task file (CanItEdit JSONL: before, instruction_descriptive, after, tests). "
     "Default: the built-in suite.",
     "--limit": "Run at most N tasks.",
     "--offset": "Skip the first N tasks.",
     "--task": "Only this task (full_name, name or id); repeatable.",
-    "--instruction": "Which CanItEdit instruction: descriptive or lazy.",
+    "--instruction": "Which CanItEdit instruction: descriptive (default) or lazy.",
     "--run-tests": "Run each task's test script against every output (subprocess, timeout): "
     "pass@1 per method.",
     "--test-timeout": "Seconds per test script (default: 30).",
@@ -102,14 +102,10 @@ def bench(
     limit: Annotated[int | None, _opt("--limit", _D, "N", min=1)] = None,
     offset: Annotated[int, _opt("--offset", _D, "N", min=0, show_default=True)] = 0,
     task_names: Annotated[list[str] | None, _opt("--task", _D, "NAME")] = None,
-    instruction: Annotated[str, _opt("--instruction", _D, "KIND", show_default=True)] = (
-        "descriptive"
-    ),
+    instruction: Annotated[str, _opt("--instruction", _D, "KIND")] = "descriptive",
     run_tests: Annotated[bool, _opt("--run-tests", _D)] = False,
     test_timeout: Annotated[float, _opt("--test-timeout", _D, "SECONDS", min=1.0)] = 30.0,
-    methods: Annotated[str, _opt("--methods", _G, "LIST", show_default=True)] = ",".join(
-        DEFAULT_METHODS
-    ),
+    methods: Annotated[str, _opt("--methods", _G, "LIST", show_default=True)] = _DEFAULTS,
     max_new_tokens: Annotated[int | None, _opt("--max-new-tokens", _G, "N", min=1)] = None,
     prompt: Annotated[str | None, _opt("--prompt", _G, "NAME|FILE")] = None,
     adapld_set: Annotated[list[str] | None, _opt("--set", _G, "KEY=VALUE")] = None,
@@ -207,7 +203,11 @@ def _verify_cost(loaded: Any) -> int:
         f"forward cost over a {CONTEXT}-token cache, median of {REPEATS}: {loaded.name} "
         f"[{loaded.device}, {loaded.dtype}, {torch.get_num_threads()} threads]"
     )
-    typer.echo(format_curve(measure(loaded.model), title), nl=False)
+    try:
+        points = measure(loaded.model)
+    except ValueError as exc:  # a model with too few positions
+        raise _Usage(f"--verify-cost: {exc}") from None
+    typer.echo(format_curve(points, title), nl=False)
     return 0
 
 
@@ -220,14 +220,7 @@ def _run(
     tasks_file: Path | None,
     instruction: str,
 ) -> int:
-    from adapld_cli.bench import (
-        BenchResults,
-        BenchRunner,
-        builtin_tasks_path,
-        load_average,
-        progress_line,
-        run_meta,
-    )
+    from adapld_cli.bench import BenchResults, BenchRunner, progress_line
 
     runner = BenchRunner(loaded, tasks, options)
     if not out.quiet:
@@ -238,28 +231,12 @@ def _run(
             f"adapld bench: {len(tasks)} tasks x {len(options.methods)} methods "
             f"({', '.join(options.methods)}) on {loaded.name} [{loaded.device}, {loaded.dtype}]",
         )
-    started, load_start = time.time(), load_average()
-    interrupted = False
-    try:
-        runner.run()
-    except KeyboardInterrupt:
-        interrupted = True
-        _line(console, "interrupted: reporting what was measured", "yellow")
-    meta = run_meta(
-        loaded,
-        tasks_file=str(tasks_file or builtin_tasks_path()),
+    results = BenchResults.measure(
+        runner,
+        tasks_file=tasks_file,
         instruction=instruction,
-        n_tasks=len(tasks),
-        options=options,
-        started=started,
-        warmup_s=runner.warmup_s,
-        load_start=load_start,
-        baseline_model=runner.stock.describe() if runner.stock else None,
+        on_interrupt=lambda: _line(console, "interrupted: reporting what was measured", "yellow"),
     )
-    results = BenchResults(
-        meta, list(options.methods), runner.rows, runner.skipped, runner.reference_pass
-    )
-    results.interrupted = interrupted
     return _report(console, results, out)
 
 

@@ -97,7 +97,7 @@ def test_cli_verify_cost_prints_the_curve(tiny_models):
     rows = [line.split() for line in r.stdout.splitlines()[2:]]
     assert [int(row[0]) for row in rows] == list(SIZES)
     assert float(rows[0][2]) == 1.0
-    assert "1 threads" in r.stdout.splitlines()[0]
+    assert "threads=1" in r.stdout.splitlines()[0]
 
 
 def _row(task, method, same):

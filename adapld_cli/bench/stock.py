@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
-_STOCK_PACKAGES = ("torch.nn.", "transformers.")
+_STOCK_PACKAGES = ("torch.nn.", "transformers.", "transformers_modules.")  # + remote code
 
 
 def is_stock(model: Any) -> bool:

@@ -201,7 +201,7 @@ def _verify_cost(loaded: Any) -> int:
 
     title = (
         f"forward cost over a {CONTEXT}-token cache, median of {REPEATS}: {loaded.name} "
-        f"[{loaded.device}, {loaded.dtype}, {torch.get_num_threads()} threads]"
+        f"[{loaded.device}, {loaded.dtype}, threads={torch.get_num_threads()}]"
     )
     try:
         points = measure(loaded.model)

@@ -57,6 +57,27 @@ def _special_ids(model: Any, tokenizer: Any, config: GenerationConfig) -> tuple[
     return eos, pad
 
 
+def _generate_kwargs(
+    model: Any, tokenizer: Any, config: GenerationConfig, prompt_lookup: int | None
+) -> dict[str, Any]:
+    """``generate`` keywords for greedy decoding under ``config`` (attention mask aside)."""
+    eos, pad = _special_ids(model, tokenizer, config)
+    kwargs: dict[str, Any] = dict(
+        do_sample=False,
+        temperature=None,
+        top_p=None,
+        top_k=None,
+        max_new_tokens=config.max_new_tokens,
+        eos_token_id=eos or None,
+        pad_token_id=pad,
+    )
+    if prompt_lookup:
+        kwargs["prompt_lookup_num_tokens"] = prompt_lookup
+    if config.stop_strings:
+        kwargs.update(stop_strings=list(config.stop_strings), tokenizer=tokenizer)
+    return kwargs
+
+
 def run_generate(
     model: Any,
     tokenizer: Any,
@@ -70,22 +91,9 @@ def run_generate(
     ``prompt_lookup_num_tokens`` (None: plain decoding). Stats are labelled ``method``."""
     import torch
 
-    eos, pad = _special_ids(model, tokenizer, config)
     ids = torch.tensor([prompt_ids], device=getattr(model, "device", "cpu"))
-    kwargs: dict[str, Any] = dict(
-        attention_mask=torch.ones_like(ids),
-        do_sample=False,
-        temperature=None,
-        top_p=None,
-        top_k=None,
-        max_new_tokens=config.max_new_tokens,
-        eos_token_id=eos or None,
-        pad_token_id=pad,
-    )
-    if prompt_lookup:
-        kwargs["prompt_lookup_num_tokens"] = prompt_lookup
-    if config.stop_strings:
-        kwargs.update(stop_strings=list(config.stop_strings), tokenizer=tokenizer)
+    kwargs = _generate_kwargs(model, tokenizer, config, prompt_lookup)
+    kwargs["attention_mask"] = torch.ones_like(ids)
     log = _PassLog()
     h1 = model.register_forward_pre_hook(log.pre, with_kwargs=True)
     h2 = model.register_forward_hook(log.post)

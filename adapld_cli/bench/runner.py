@@ -68,12 +68,29 @@ class BenchRunner:
         return self.stock.get()
 
     def run(self) -> list[dict[str, Any]]:
-        from adapld_cli.edit import EditError, EditOptions, EditSession, decode_source
+        """Warm up, then measure every method on every task; returns :attr:`rows`."""
+        from adapld_cli.edit import EditOptions, EditSession
 
         opts = self.options
         session = EditSession(
             self.loaded, EditOptions(max_new_tokens=opts.max_new_tokens), opts.template
         )
+        prepared = self._prepare(session)
+        if opts.warmup and prepared:
+            self._warmup(prepared[0][1])
+        total = len(prepared) * len(opts.methods)
+        for task, prep in prepared:
+            if opts.run_tests and task.tests and task.after is not None:
+                self.reference_pass[task.name] = testrun.passes(
+                    task.after, task.tests, opts.test_timeout
+                )
+            self._run_task(session, task, prep, total)
+        return self.rows
+
+    def _prepare(self, session: Any) -> list[tuple[Task, Any]]:
+        """Each task's prompt as ``adapld edit`` builds it; tasks it refuses are skipped."""
+        from adapld_cli.edit import EditError, decode_source
+
         prepared: list[tuple[Task, Any]] = []
         for task in self.tasks:
             try:
@@ -83,38 +100,33 @@ class BenchRunner:
                 self.skipped.append({"task": task.name, "reason": str(exc)})
                 if self.on_skip:
                     self.on_skip(task.name, str(exc))
-        if opts.warmup and prepared:
-            self._warmup(prepared[0][1])
-        total = len(prepared) * len(opts.methods)
-        for task, prep in prepared:
-            task_rows: list[dict[str, Any]] = []
-            if opts.run_tests and task.tests and task.after is not None:
-                self.reference_pass[task.name] = testrun.passes(
-                    task.after, task.tests, opts.test_timeout
-                )
-            ar_row: dict[str, Any] | None = None
-            ar_tokens: list[int] | None = None
-            for method in opts.methods:
-                run = self._measure(method, prep.prompt.ids, prep.config)
-                result = session.judge(prep, run.tokens, run.stats, run.stop_reason)
-                row = _row(task, method, run, result)
-                if opts.run_tests and task.tests:
-                    row["passed"] = testrun.passes(result.new_text, task.tests, opts.test_timeout)
-                if opts.save_outputs:
-                    _save(opts.save_outputs, task, method, result.new_text)
-                row["_tokens"] = run.tokens
-                if method == "ar":
-                    ar_row, ar_tokens = row, run.tokens
-                    _compare(rows=[*task_rows, row], ar_row=ar_row, ar_tokens=ar_tokens)
-                elif ar_row is not None and ar_tokens is not None:
-                    _compare(rows=[row], ar_row=ar_row, ar_tokens=ar_tokens)
-                task_rows.append(row)
-                self.rows.append(row)
-                if self.on_row:
-                    self.on_row(row, len(self.rows), total)
-            for row in task_rows:
-                row.pop("_tokens", None)
-        return self.rows
+        return prepared
+
+    def _run_task(self, session: Any, task: Task, prep: Any, total: int) -> None:
+        """Every method on one task, one row each, compared with ``ar`` as soon as it ran."""
+        opts = self.options
+        task_rows: list[dict[str, Any]] = []
+        ar_row: dict[str, Any] | None = None
+        for method in opts.methods:
+            run = self._measure(method, prep.prompt.ids, prep.config)
+            result = session.judge(prep, run.tokens, run.stats, run.stop_reason)
+            row = _row(task, method, run, result)
+            if opts.run_tests and task.tests:
+                row["passed"] = testrun.passes(result.new_text, task.tests, opts.test_timeout)
+            if opts.save_outputs:
+                _save(opts.save_outputs, task, method, result.new_text)
+            row["_tokens"] = run.tokens
+            if method == "ar":
+                ar_row = row
+                _compare(rows=[*task_rows, row], ar_row=ar_row, ar_tokens=run.tokens)
+            elif ar_row is not None:
+                _compare(rows=[row], ar_row=ar_row, ar_tokens=ar_row["_tokens"])
+            task_rows.append(row)
+            self.rows.append(row)
+            if self.on_row:
+                self.on_row(row, len(self.rows), total)
+        for row in task_rows:
+            row.pop("_tokens", None)
 
     def _measure(self, method: str, prompt_ids: list[int], config: Any) -> MethodRun:
         model, tok = self.model_for(method), self.loaded.tokenizer

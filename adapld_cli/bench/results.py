@@ -32,6 +32,11 @@ if TYPE_CHECKING:
 
 @dataclass
 class BenchResults:
+    """A report's material: ``rows`` (one JSON-ready dict per (task, method), see
+    :mod:`adapld_cli.bench.runner`), ``methods`` in report order, ``meta`` (see
+    :func:`~adapld_cli.bench.meta.run_meta`), tasks ``skipped`` with reasons,
+    ``reference_pass`` (task -> whether its reference solution passed its tests)."""
+
     meta: dict[str, Any]
     methods: list[str]
     rows: list[dict[str, Any]] = field(default_factory=list)

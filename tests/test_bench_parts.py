@@ -145,3 +145,28 @@ def test_help_has_no_type_metavars():
     options = [line for line in r.stdout.splitlines() if "--" in line and "--help" not in line]
     assert options and not any(re.search(r"<(bool|str|path|int|float|list)", x) for x in options)
     assert "KEY=VALUE" in r.stdout and "--verify-cost" in r.stdout
+
+
+def test_interrupted_run_keeps_rows_and_exits_130():
+    """Ctrl-C during a run: the rows measured so far are reported, ``meta`` says so, exit 130."""
+    from adapld_cli.bench import BenchOptions
+
+    class Runner:
+        loaded = types.SimpleNamespace(name="m", source="local", device="cpu", dtype="float32")
+        tasks = ["t"]
+        options = BenchOptions(methods=["ar", "adapld"])
+        rows, skipped, reference_pass, warmup_s, stock = [], [], {}, 0.0, None
+
+        def run(self):
+            self.rows.append(_row("t", "ar", True))
+            raise KeyboardInterrupt
+
+    said = []
+    results = BenchResults.measure(
+        Runner(), tasks_file=None, instruction="lazy", on_interrupt=lambda: said.append(1)
+    )
+    doc = results.document()
+    assert said == [1] and results.interrupted and doc["meta"]["interrupted"]
+    assert [r["method"] for r in doc["tasks"]] == ["ar"] and results.exit_code(doc) == 130
+    assert doc["meta"]["instruction"] == "lazy" and doc["meta"]["tasks_file"].endswith(".jsonl")
+    assert doc["meta"]["baseline_model"] is None and "load_average_start" in doc["meta"]

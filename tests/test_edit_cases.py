@@ -42,6 +42,16 @@ def load_cases() -> list[dict]:
 CASES = load_cases()
 IDS = [case["full_name"] for case in CASES]
 
+# Half-done edits the checks must also reject: (text in the reference edit, what replaces it).
+HALF_DONE = {
+    "rename_function_bisect": ("lo = bisect_upper(a, x, lo", "lo = bisect_right(a, x, lo"),
+    "rename_method_sched": ("return self.enter_at(", "return self.enterabs("),
+    "add_docstrings_colorsys": ('"""Return one RGB', "# Return one RGB"),
+    "change_constant_base64": ("MAXBINSIZE = (MAXLINESIZE//4)*3", "MAXBINSIZE = 57"),
+    "add_parameter_humanize": ("precision: int = 1", "precision: int = 2"),
+    "print_to_logging_prune": ('logger.info(f"removed {path}', 'print(f"removed {path}'),
+}
+
 
 def run_checks(code: str, tests: str, timeout: float = 60.0) -> subprocess.CompletedProcess:
     """Run ``tests`` appended to ``code`` as ``adapld_cli.bench.testrun.passes`` does, but keep
@@ -107,3 +117,12 @@ def test_checks_fail_on_the_unedited_file(case):
     error = proc.stderr.strip().splitlines()[-1].split(":")[0]
     assert error in ("AssertionError", "TypeError"), proc.stderr[-3000:]
     assert not testrun.passes(case["before"], case["tests"])
+
+
+@pytest.mark.parametrize("case", CASES, ids=IDS)
+def test_checks_fail_on_a_half_done_edit(case):
+    old, new = HALF_DONE[case["name"]]
+    assert case["after"].count(old) == 1
+    half = case["after"].replace(old, new)
+    ast.parse(half)
+    assert run_checks(half, case["tests"]).returncode != 0

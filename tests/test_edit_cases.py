@@ -126,3 +126,28 @@ def test_checks_fail_on_a_half_done_edit(case):
     half = case["after"].replace(old, new)
     ast.parse(half)
     assert run_checks(half, case["tests"]).returncode != 0
+
+
+def test_bench_runs_them_with_tests(tiny_models):
+    """``adapld bench --tasks edit_cases.jsonl --run-tests`` end to end, on a scripted model that
+    answers with an unrelated file: every reference passes its checks, no output does."""
+    from typer.testing import CliRunner
+
+    from adapld_cli.cli.app import app
+
+    r = CliRunner().invoke(
+        app,
+        [
+            "bench", "--model", str(tiny_models["same"]), "--tasks", str(CASES_PATH),
+            "--methods", "ar,adapld", "--run-tests", "--json", "-", "--max-new-tokens", "64",
+            "--threads", "1", "--no-warmup", "--quiet",
+        ],
+    )  # fmt: skip
+    assert r.exit_code == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["reference_pass"] == {name: True for name in IDS}
+    assert doc["problems"] == []
+    for method in ("ar", "adapld"):
+        assert doc["methods"][method]["tasks"] == len(IDS)
+        assert doc["methods"][method]["pass_at_1"] == 0.0
+    assert sorted({row["task"] for row in doc["tasks"]}) == sorted(IDS)

@@ -145,7 +145,7 @@ def test_runner_random_model_all_identical(tiny_tokenizer, tmp_path):
 
 
 def test_parse_methods():
-    assert parse_methods(None) == ["ar", "hf-pld", "pld", "adapld"]
+    assert parse_methods(None) == ["ar", "hf", "hf-pld", "pld", "adapld"]
     assert parse_methods("adapld, ar,adapld") == ["adapld", "ar"]
     with pytest.raises(BenchError):
         parse_methods("ar,fast")

@@ -1,31 +1,42 @@
 """The decoding methods the benchmark compares, each run the same way on the same prompt.
 
-Contract: :func:`parse_methods` turns ``"ar,hf-pld,adapld"`` into validated names (raising
+Contract: :func:`parse_methods` turns ``"ar,hf,adapld"`` into validated names (raising
 :class:`~adapld_cli.bench.tasks.BenchError`); :func:`run_method` generates greedily from a
-prompt and returns a :class:`MethodRun` whose ``tokens`` are truncated by the engine's own stop
-rule (first stop token or stop string, that token kept; at most ``max_new_tokens``), so token
-lists of different methods compare directly.
+prompt and returns a :class:`~adapld_cli.bench.types.MethodRun` whose ``tokens`` are truncated
+by the engine's own stop rule (first stop token or stop string, that token kept; at most
+``max_new_tokens``), so token lists of different methods compare directly.
 
-Methods:
-- ``ar``, ``pld``, ``adapld``: the engine (:func:`adapld_cli.engine.generate`).
+Method names: the engine's (``ar``, ``pld``, ``adapld``) come from
+:mod:`adapld_cli.engine.methods`; the benchmark adds, defined only here:
+
+- ``hf``: transformers' ``model.generate``, plain greedy: what a user runs without adapld.
+- ``hf-pld``: transformers' own prompt lookup, ``generate(prompt_lookup_num_tokens=10)``.
+  Both run on the stock model (see :mod:`adapld_cli.bench.stock`); their forward passes are
+  counted with hooks, and their first pass also runs the prompt (transformers has no separate
+  prefill), so their ``prefill_s`` is that first pass.
 - ``adapld-no-<component>``: adapld with one component switched off
   (:meth:`AdaPLDSettings.without`): semantic, branches, cursor, rerank, adaptive.
-- ``hf-pld``: transformers' own prompt lookup, ``model.generate(prompt_lookup_num_tokens=10)``,
-  the baseline a user would otherwise pick. Its forward passes are counted with hooks on the
-  model; its first pass also runs the prompt (transformers has no separate prefill there), so
-  its ``prefill_s`` is that first pass.
+
+Engine methods and ablations are lossless by construction: an output that differs from ``ar``
+is a bug. The transformers baselines run other code (and possibly other kernels), so for them
+a difference is reported but is not an adapld bug (see :data:`BASELINES`).
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
 from typing import Any
 
+from adapld_cli.bench.hf import run_generate
 from adapld_cli.bench.tasks import BenchError
+from adapld_cli.bench.types import MethodRun
+from adapld_cli.engine.methods import METHODS, Method
 from adapld_cli.engine.settings import AdaPLDSettings
-from adapld_cli.engine.types import GenerationConfig, Stats
+from adapld_cli.engine.types import GenerationConfig
 
+HF_PLD_TOKENS = 10  # prompt_lookup_num_tokens of hf-pld, as a user would pass it
+# transformers baselines: name -> prompt_lookup_num_tokens (None = plain greedy generate)
+BASELINES: dict[str, int | None] = {"hf": None, "hf-pld": HF_PLD_TOKENS}
 ABLATIONS = {
     "adapld-no-semantic": "semantic",
     "adapld-no-branches": "branches",
@@ -33,25 +44,12 @@ ABLATIONS = {
     "adapld-no-rerank": "rerank",
     "adapld-no-adaptive": "adaptive",
 }
-ENGINE_METHODS = ("ar", "pld", "adapld")
-ALL_METHODS = ("ar", "hf-pld", "pld", "adapld", *ABLATIONS)
-DEFAULT_METHODS = ("ar", "hf-pld", "pld", "adapld")
-HF_PLD_TOKENS = 10  # prompt_lookup_num_tokens, as a user would pass it
-
-
-@dataclass
-class MethodRun:
-    """One generation: tokens (stop rule applied), engine-style stats, wall time."""
-
-    tokens: list[int]
-    stats: Stats
-    stop_reason: str | None
-    wall_s: float
-    extra: dict[str, Any] = field(default_factory=dict)
+ALL_METHODS = (Method.ar.value, *BASELINES, Method.pld.value, Method.adapld.value, *ABLATIONS)
+DEFAULT_METHODS = (Method.ar.value, *BASELINES, Method.pld.value, Method.adapld.value)
 
 
 def parse_methods(text: str | None) -> list[str]:
-    """Validated method names in the given order (duplicates dropped)."""
+    """Validated method names in the given order (duplicates dropped; ``all`` = every one)."""
     if text is None or not text.strip():
         return list(DEFAULT_METHODS)
     names: list[str] = []
@@ -73,10 +71,15 @@ def parse_methods(text: str | None) -> list[str]:
     return out
 
 
+def must_match_ar(name: str) -> bool:
+    """Whether a difference from ``ar`` is a bug: true for the engine's methods and ablations."""
+    return name not in BASELINES
+
+
 def settings_for(name: str, base: AdaPLDSettings | None = None) -> AdaPLDSettings | None:
     """The AdaPLD settings a method runs with (``None`` for methods without settings)."""
     base = base or AdaPLDSettings()
-    if name == "adapld":
+    if name == Method.adapld.value:
         return base
     if name in ABLATIONS:
         return base.without(ABLATIONS[name])
@@ -91,14 +94,16 @@ def run_method(
     config: GenerationConfig,
     settings: AdaPLDSettings | None = None,
 ) -> MethodRun:
-    """Generate greedily from ``prompt_ids`` with method ``name``."""
-    if name == "hf-pld":
-        from adapld_cli.bench.hf import run_hf_pld
+    """Generate greedily from ``prompt_ids`` with method ``name``. For the transformers
+    baselines pass the stock model (:class:`~adapld_cli.bench.stock.StockModel`)."""
+    if name in BASELINES:
+        return run_generate(
+            model, tokenizer, prompt_ids, config, name, prompt_lookup=BASELINES[name]
+        )
+    from adapld_cli.engine import generate  # imports torch: only when a benchmark runs
 
-        return run_hf_pld(model, tokenizer, prompt_ids, config)
-    from adapld_cli.engine import generate
-
-    engine_method = "adapld" if name in ABLATIONS else name
+    engine_method = Method.adapld.value if name in ABLATIONS else name
+    assert engine_method in METHODS, name
     t0 = time.perf_counter()
     result = generate(
         model,

@@ -4,8 +4,9 @@ Contract: :func:`summarize` turns the per-(task, method) rows of
 :class:`~adapld_cli.bench.runner.BenchRunner` into one summary per method; :func:`document`
 builds the JSON document (top-level ``meta``, ``methods`` = method -> summary, ``tasks`` = the
 rows, ``skipped``, ``problems``); :func:`markdown` and :func:`rich_table` render it.
-:func:`problems` lists greedy outputs that differ from ``ar`` (always a bug: the methods are
-lossless) — the CLI prints them loudly and exits 1.
+:func:`problems` lists greedy outputs of the engine's methods that differ from ``ar`` (always a
+bug: they are lossless) — the CLI prints them loudly and exits 1; ``baseline_differences``
+lists those of the transformers baselines (printed as a note: not an adapld bug).
 
 Summary keys: ``tasks``, ``new_tokens``, ``total_s``, ``tok_s`` (end-to-end tokens/s over all
 tasks), ``prefill_s``, ``decode_s``, ``decode_tok_s``, ``speedup_vs_ar`` (geometric mean over
@@ -22,6 +23,8 @@ from __future__ import annotations
 import math
 import statistics
 from typing import Any
+
+from adapld_cli.bench.methods import must_match_ar
 
 
 def summarize(rows: list[dict[str, Any]], methods: list[str]) -> dict[str, dict[str, Any]]:
@@ -93,16 +96,41 @@ def geomean(values: list[float]) -> float:
     return math.exp(sum(math.log(v) for v in vals) / len(vals)) if vals else 0.0
 
 
-def problems(summary: dict[str, dict[str, Any]], rows: list[dict[str, Any]]) -> list[str]:
-    """One line per greedy output that differs from ar (every method here is lossless)."""
-    out = []
-    for r in rows:
-        if r["identical_to_ar"] is False:
-            out.append(
-                f"{r['method']} differs from ar on {r['task']} (first differing token at "
-                f"{r['first_diff']}; {r['new_tokens']} tokens)"
-            )
-    return out
+def problems(rows: list[dict[str, Any]]) -> list[str]:
+    """One line per output of a lossless method (the engine's, ablations) that differs from ar:
+    always a bug."""
+    return [
+        _differs(r) for r in rows if r["identical_to_ar"] is False and must_match_ar(r["method"])
+    ]
+
+
+def baseline_differences(rows: list[dict[str, Any]]) -> list[str]:
+    """One line per output of a transformers baseline that differs from ar: reported, but not
+    an adapld bug (those run transformers' code, possibly on other kernels)."""
+    return [
+        _differs(r)
+        for r in rows
+        if r["identical_to_ar"] is False and not must_match_ar(r["method"])
+    ]
+
+
+def _differs(r: dict[str, Any]) -> str:
+    return (
+        f"{r['method']} differs from ar on {r['task']} (first differing token at "
+        f"{r['first_diff']}; {r['new_tokens']} tokens)"
+    )
+
+
+def progress_line(row: dict[str, Any], i: int, n: int) -> str:
+    """One progress line for a measured row (``i`` of ``n``)."""
+    sp = f" {row['speedup_vs_ar']:.2f}x" if row["speedup_vs_ar"] else ""
+    same = "  DIFFERS FROM AR" if row["identical_to_ar"] is False else ""
+    ok = {True: " pass", False: " fail", None: ""}[row["passed"]]
+    return (
+        f"[{i}/{n}] {row['task']} {row['method']}: {row['new_tokens']} tok "
+        f"{row['total_s']:.1f}s {row['tok_s']:.1f} tok/s F={row['forward_passes']} "
+        f"T={row['mean_accepted']:.2f}{sp}{ok}{same}"
+    )
 
 
 def document(
@@ -112,14 +140,14 @@ def document(
     skipped: list[dict[str, str]] | None = None,
     reference_pass: dict[str, bool] | None = None,
 ) -> dict[str, Any]:
-    summary = summarize(rows, methods)
     return {
         "meta": meta,
-        "methods": summary,
+        "methods": summarize(rows, methods),
         "tasks": rows,
         "skipped": skipped or [],
         "reference_pass": reference_pass or {},
-        "problems": problems(summary, rows),
+        "problems": problems(rows),
+        "baseline_differences": baseline_differences(rows),
     }
 
 

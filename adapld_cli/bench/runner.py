@@ -9,7 +9,9 @@ task B: m1 m2 m3, ...), so load on a shared machine hits all methods alike. Each
 one row (a plain dict, JSON-ready) in :attr:`BenchRunner.rows`, appended as soon as it is
 measured, so an interrupted run keeps what it measured. Outputs are turned into files by the
 edit session's own extraction; with ``run_tests`` the task's test script runs against them.
-Greedy outputs are compared token for token with ``ar`` of the same task.
+Greedy outputs are compared token for token with ``ar`` of the same task. The transformers
+baselines run on a stock model (:meth:`BenchRunner.model_for`), the engine's methods on the
+loaded one.
 """
 
 from __future__ import annotations
@@ -22,8 +24,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from adapld_cli.bench import memory, testrun
-from adapld_cli.bench.methods import MethodRun, run_method
+from adapld_cli.bench.methods import BASELINES, run_method
+from adapld_cli.bench.stock import StockModel
 from adapld_cli.bench.tasks import Task
+from adapld_cli.bench.types import MethodRun
 from adapld_cli.engine.settings import AdaPLDSettings
 
 WARMUP_TOKENS = 16
@@ -52,14 +56,41 @@ class BenchRunner:
     skipped: list[dict[str, str]] = field(default_factory=list)
     reference_pass: dict[str, bool] = field(default_factory=dict)
     warmup_s: float = 0.0
+    stock: StockModel | None = None  # the transformers baselines' model (None: made on demand)
+
+    def model_for(self, method: str) -> Any:
+        """The model ``method`` runs on: the stock model for the transformers baselines
+        (:class:`~adapld_cli.bench.stock.StockModel`), adapld's loaded model otherwise."""
+        if method not in BASELINES:
+            return self.loaded.model
+        if self.stock is None:
+            self.stock = StockModel(self.loaded)
+        return self.stock.get()
 
     def run(self) -> list[dict[str, Any]]:
-        from adapld_cli.edit import EditError, EditOptions, EditSession, decode_source
+        """Warm up, then measure every method on every task; returns :attr:`rows`."""
+        from adapld_cli.edit import EditOptions, EditSession
 
         opts = self.options
         session = EditSession(
             self.loaded, EditOptions(max_new_tokens=opts.max_new_tokens), opts.template
         )
+        prepared = self._prepare(session)
+        if opts.warmup and prepared:
+            self._warmup(prepared[0][1])
+        total = len(prepared) * len(opts.methods)
+        for task, prep in prepared:
+            if opts.run_tests and task.tests and task.after is not None:
+                self.reference_pass[task.name] = testrun.passes(
+                    task.after, task.tests, opts.test_timeout
+                )
+            self._run_task(session, task, prep, total)
+        return self.rows
+
+    def _prepare(self, session: Any) -> list[tuple[Task, Any]]:
+        """Each task's prompt as ``adapld edit`` builds it; tasks it refuses are skipped."""
+        from adapld_cli.edit import EditError, decode_source
+
         prepared: list[tuple[Task, Any]] = []
         for task in self.tasks:
             try:
@@ -69,41 +100,36 @@ class BenchRunner:
                 self.skipped.append({"task": task.name, "reason": str(exc)})
                 if self.on_skip:
                     self.on_skip(task.name, str(exc))
-        if opts.warmup and prepared:
-            self._warmup(prepared[0][1])
-        total = len(prepared) * len(opts.methods)
-        for task, prep in prepared:
-            task_rows: list[dict[str, Any]] = []
-            if opts.run_tests and task.tests and task.after is not None:
-                self.reference_pass[task.name] = testrun.passes(
-                    task.after, task.tests, opts.test_timeout
-                )
-            ar_row: dict[str, Any] | None = None
-            ar_tokens: list[int] | None = None
-            for method in opts.methods:
-                run = self._measure(method, prep.prompt.ids, prep.config)
-                result = session.judge(prep, run.tokens, run.stats, run.stop_reason)
-                row = _row(task, method, run, result)
-                if opts.run_tests and task.tests:
-                    row["passed"] = testrun.passes(result.new_text, task.tests, opts.test_timeout)
-                if opts.save_outputs:
-                    _save(opts.save_outputs, task, method, result.new_text)
-                row["_tokens"] = run.tokens
-                if method == "ar":
-                    ar_row, ar_tokens = row, run.tokens
-                    _compare(rows=[*task_rows, row], ar_row=ar_row, ar_tokens=ar_tokens)
-                elif ar_row is not None and ar_tokens is not None:
-                    _compare(rows=[row], ar_row=ar_row, ar_tokens=ar_tokens)
-                task_rows.append(row)
-                self.rows.append(row)
-                if self.on_row:
-                    self.on_row(row, len(self.rows), total)
-            for row in task_rows:
-                row.pop("_tokens", None)
-        return self.rows
+        return prepared
+
+    def _run_task(self, session: Any, task: Task, prep: Any, total: int) -> None:
+        """Every method on one task, one row each, compared with ``ar`` as soon as it ran."""
+        opts = self.options
+        task_rows: list[dict[str, Any]] = []
+        ar_row: dict[str, Any] | None = None
+        for method in opts.methods:
+            run = self._measure(method, prep.prompt.ids, prep.config)
+            result = session.judge(prep, run.tokens, run.stats, run.stop_reason)
+            row = _row(task, method, run, result)
+            if opts.run_tests and task.tests:
+                row["passed"] = testrun.passes(result.new_text, task.tests, opts.test_timeout)
+            if opts.save_outputs:
+                _save(opts.save_outputs, task, method, result.new_text)
+            row["_tokens"] = run.tokens
+            if method == "ar":
+                ar_row = row
+                _compare(rows=[*task_rows, row], ar_row=ar_row, ar_tokens=run.tokens)
+            elif ar_row is not None:
+                _compare(rows=[row], ar_row=ar_row, ar_tokens=ar_row["_tokens"])
+            task_rows.append(row)
+            self.rows.append(row)
+            if self.on_row:
+                self.on_row(row, len(self.rows), total)
+        for row in task_rows:
+            row.pop("_tokens", None)
 
     def _measure(self, method: str, prompt_ids: list[int], config: Any) -> MethodRun:
-        model, tok = self.loaded.model, self.loaded.tokenizer
+        model, tok = self.model_for(method), self.loaded.tokenizer
         memory.reset_peak()
         run = run_method(method, model, tok, prompt_ids, config, self.options.settings)
         run.extra["peak_rss_mb"] = memory.peak_rss_mb()
@@ -118,7 +144,7 @@ class BenchRunner:
         for method in self.options.methods:
             run_method(
                 method,
-                self.loaded.model,
+                self.model_for(method),
                 self.loaded.tokenizer,
                 prep.prompt.ids,
                 config,
@@ -137,37 +163,23 @@ def _save(folder: str, task: Task, method: str, text: str) -> None:
 
 
 def _row(task: Task, method: str, run: MethodRun, result: Any) -> dict[str, Any]:
-    s = run.stats
+    """One JSON-ready row: the run's statistics (:meth:`Stats.as_dict`) with end-to-end time
+    (wall clock, not prefill + decode) and the fields filled in later (comparison, tests)."""
     wall = run.wall_s
-    n_lex = s.lexical_steps + s.lexical_nohit_steps
+    stats = run.stats.as_dict()
     return {
         "task": task.name,
+        **stats,
         "method": method,
-        "prompt_tokens": s.prompt_tokens,
-        "new_tokens": s.new_tokens,
         "stop_reason": run.stop_reason,
         "status": result.status,
         "total_s": round(wall, 4),
-        "prefill_s": round(s.prefill_s, 4),
-        "decode_s": round(s.decode_s, 4),
-        "tok_s": round(s.new_tokens / wall, 3) if wall > 0 else 0.0,
-        "decode_tok_s": round(s.decode_tok_s, 3),
+        "prefill_s": round(run.stats.prefill_s, 4),
+        "decode_s": round(run.stats.decode_s, 4),
+        "tok_s": round(run.stats.new_tokens / wall, 3) if wall > 0 else 0.0,
         "speedup_vs_ar": None,
         "identical_to_ar": None,
         "first_diff": None,
-        "forward_passes": s.forward_passes,
-        "mean_accepted": round(s.mean_accepted, 4),
-        "drafted_tokens": s.drafted_tokens,
-        "accepted_draft_tokens": s.accepted_draft_tokens,
-        "lexical_steps": s.lexical_steps,
-        "lexical_nohit_steps": s.lexical_nohit_steps,
-        "lexical_nohit_rate": round(s.lexical_nohit_steps / n_lex, 4) if n_lex else 0.0,
-        "lexical_accepted": s.lexical_accepted,
-        "semantic_steps": s.semantic_steps,
-        "semantic_accepted": s.semantic_accepted,
-        "branch_steps": s.branch_steps,
-        "branch_accepted": s.branch_accepted,
-        "accept_hist": {str(k): v for k, v in sorted(s.accept_hist.items())},
         "peak_rss_mb": _round(run.extra.get("peak_rss_mb"), 1),
         "passed": None,
     }

@@ -10,8 +10,27 @@ import os
 from typing import Annotated
 
 import typer
+from typer.core import TyperCommand, TyperGroup
 
 from adapld_cli import __version__
+
+
+def _plain_help_option(option: typer.core.TyperOption | None) -> typer.core.TyperOption | None:
+    """``--help`` without a type column: typer 0.29 labels it ``<bool>``."""
+    if option is not None:
+        option.metavar = ""
+    return option
+
+
+class _Command(TyperCommand):
+    def get_help_option(self, ctx):  # type: ignore[override]
+        return _plain_help_option(super().get_help_option(ctx))
+
+
+class _Group(TyperGroup):
+    def get_help_option(self, ctx):  # type: ignore[override]
+        return _plain_help_option(super().get_help_option(ctx))
+
 
 app = typer.Typer(
     name="adapld",
@@ -23,6 +42,7 @@ app = typer.Typer(
     ),
     no_args_is_help=True,
     add_completion=False,
+    cls=_Group,
     pretty_exceptions_enable=False,
     rich_markup_mode="rich" if not os.environ.get("NO_COLOR") else None,
 )
@@ -40,6 +60,7 @@ def _root(
         bool,
         typer.Option(
             "--version",
+            metavar="",
             callback=_version_callback,
             is_eager=True,
             show_default=False,
@@ -54,7 +75,7 @@ def _register() -> None:
     """Import the command modules; each adds its commands to ``app``."""
     import importlib
 
-    for name in ("edit", "model", "bench", "demo"):
+    for name in ("edit", "model", "bench", "demo", "undo"):
         try:
             importlib.import_module(f"adapld_cli.cli.{name}")
         except ModuleNotFoundError as exc:  # a command module not written yet
@@ -62,7 +83,26 @@ def _register() -> None:
                 raise
 
 
+def _plain_help(typer_app: typer.Typer) -> None:
+    """Give every command and sub-group registered on ``typer_app`` the plain ``--help``."""
+    for command in typer_app.registered_commands:
+        if _default(command.cls) in (None, TyperCommand):
+            command.cls = _Command
+    for group in typer_app.registered_groups:
+        sub = group.typer_instance
+        if sub is not None:
+            if _default(group.cls) in (None, TyperGroup):
+                group.cls = _Group
+            _plain_help(sub)
+
+
+def _default(cls: object) -> object:
+    """The class behind typer's ``DefaultPlaceholder`` (or ``cls`` itself)."""
+    return getattr(cls, "value", cls)
+
+
 _register()
+_plain_help(app)
 
 
 def main() -> None:

@@ -44,3 +44,41 @@ class RefusedError(EditError):
     """A safety check refused to write the model's output. Exit 1."""
 
     exit_code = EXIT_REFUSED
+
+
+class ChangedOnDiskError(RefusedError):
+    """The file changed on disk between reading it and replacing it; nothing written. Exit 1.
+
+    Raised by :func:`adapld_cli.edit.source.atomic_write` / :func:`~adapld_cli.edit.source.
+    write_source` when the file no longer matches the snapshot taken when it was read.
+    """
+
+    exit_code = EXIT_REFUSED
+
+
+class SpecialFileError(InputError):
+    """The path is a FIFO, a device or a socket, not a regular file; not edited. Exit 2."""
+
+    exit_code = EXIT_USAGE
+
+
+class ReadOnlyError(InputError):
+    """The file has no write permission for its owner; refused unless ``--force``. Exit 2."""
+
+    exit_code = EXIT_USAGE
+
+
+class UndoError(EditError):
+    """``adapld undo`` cannot start: empty journal, no such run. Exit 2."""
+
+    exit_code = EXIT_USAGE
+
+
+class JournalError(EditError):
+    """The undo journal could not record a file's original bytes; nothing written. Exit 2.
+
+    Raised by :meth:`adapld_cli.edit.journal.Run.record` (``$ADAPLD_HOME`` not writable, disk
+    full, lock timeout): a write that could not be undone is not made.
+    """
+
+    exit_code = EXIT_USAGE

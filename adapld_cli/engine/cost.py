@@ -4,8 +4,9 @@ Passes over ``n`` new tokens are timed; the model keeps a decaying average of se
 size bucket (``n`` = 1, 2-3, 4-7, ..., 64-127, 128+) and interpolates between buckets. The
 curve is far from linear on a CPU — a 2-token pass already costs ~1.5-2 single steps (the
 matrix products switch from vector to matrix kernels) while 64 tokens cost ~5 — so the
-drafters see the real shape. Buckets not measured yet follow a device prior (DESIGN.md §2.4)
-scaled to the measured ones. :meth:`ratio` gives the cost of ``n`` tokens in single steps.
+drafters see the real shape. Buckets not measured yet follow a device prior scaled to the
+measured ones (docs/design.md, "Cost model"). :meth:`ratio` gives the cost of ``n`` tokens
+in single steps.
 """
 
 from __future__ import annotations

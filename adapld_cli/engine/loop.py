@@ -23,7 +23,7 @@ from adapld_cli.engine.drafters import Drafter, make_drafter
 from adapld_cli.engine.sampling import TokenChooser
 from adapld_cli.engine.settings import AdaPLDSettings
 from adapld_cli.engine.stops import StopChecker
-from adapld_cli.engine.tree import accept, tree_mask
+from adapld_cli.engine.tree import DraftTree, accept, tree_mask
 from adapld_cli.engine.types import GenerationConfig, GenerationResult, Source, Stats, StepEvent
 
 
@@ -133,7 +133,7 @@ def _decode(
         if reason is None:
             drafter.feedback(ctx, tree, path, new)
 
-        _count(stats, tree, path, new, sources)
+        _count(stats, tree, new, sources)
         stats.ar_step_s = ctx.cost.step_s
         stats.decode_s += time.perf_counter() - t_step
         yield StepEvent(new, sources, stats, finished=reason is not None, stop_reason=reason)
@@ -141,7 +141,8 @@ def _decode(
             return
 
 
-def _count(stats: Stats, tree: Any, path: list[int], new: list[int], sources: list[Source]) -> None:
+def _count(stats: Stats, tree: DraftTree, new: list[int], sources: list[Source]) -> None:
+    """Add one decode step to ``stats``: ``new`` = emitted tokens, ``sources`` = their origins."""
     stats.forward_passes += 1
     stats.new_tokens += len(new)
     stats.accept_hist[len(new)] = stats.accept_hist.get(len(new), 0) + 1

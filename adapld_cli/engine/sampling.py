@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import torch
+
 from adapld_cli.engine.types import GenerationConfig
 
 if TYPE_CHECKING:
-    import torch
-
     from adapld_cli.engine.adapter import LazyLogits
 
 
@@ -22,8 +22,6 @@ class TokenChooser:
     """Greedy or temperature / top-p sampling over the nodes of a pass."""
 
     def __init__(self, config: GenerationConfig) -> None:
-        import torch
-
         self.config = config
         self._generator: torch.Generator | None = None
         if not config.greedy:
@@ -44,8 +42,6 @@ class TokenChooser:
         return self._sample(self._logits.row(node))
 
     def _sample(self, row: torch.Tensor) -> int:
-        import torch
-
         cfg = self.config
         probs = torch.softmax(row.double() / cfg.temperature, dim=-1)  # [vocab]
         probs, order = torch.sort(probs, descending=True, stable=True)

@@ -1,16 +1,18 @@
 """Typed settings of the AdaPLD drafter, with documented defaults and ablation switches.
 
-Every knob of the method lives here; the CLI and the benchmark build these from options.
+Every knob of the method lives here; the CLI and the benchmark build these from options, and
+:func:`parse_overrides` reads ``KEY=VALUE`` overrides (``adapld bench --set``).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from collections.abc import Sequence
+from dataclasses import dataclass, fields, replace
 
 
 @dataclass(frozen=True)
 class AdaPLDSettings:
-    """Knobs of AdaPLD drafting (paper §3; DESIGN.md §2).
+    """Knobs of AdaPLD drafting (paper §3; docs/design.md).
 
     Attributes:
         max_draft_len: ``L``, the longest copied span drafted in one step.
@@ -60,3 +62,42 @@ class AdaPLDSettings:
         if component not in {"semantic", "branches", "cursor", "rerank", "adaptive"}:
             raise ValueError(f"unknown AdaPLD component: {component}")
         return replace(self, **{component: False})
+
+
+_TRUE, _FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
+
+
+def _parse_value(annotation: str, text: str) -> bool | int | float | None:
+    """``text`` as a value of a field annotated ``annotation`` (e.g. ``"int | None"``)."""
+    kinds = [k.strip() for k in annotation.split("|")]
+    value = text.strip().lower()
+    if "None" in kinds and value == "none":
+        return None
+    if "bool" in kinds:
+        if value in _TRUE or value in _FALSE:
+            return value in _TRUE
+        raise ValueError(text)
+    if "int" in kinds:
+        return int(value)
+    return float(value)
+
+
+def parse_overrides(pairs: Sequence[str], base: AdaPLDSettings | None = None) -> AdaPLDSettings:
+    """``base`` (default: the defaults) with ``KEY=VALUE`` overrides applied, values parsed by
+    the field's type (``none`` for optional fields; booleans as true/false, 1/0, yes/no, on/off).
+
+    Raises ValueError with a one-line message naming the bad pair.
+    """
+    base = base or AdaPLDSettings()
+    types = {f.name: str(f.type) for f in fields(AdaPLDSettings)}
+    changes: dict[str, bool | int | float | None] = {}
+    for pair in pairs:
+        key, sep, text = pair.partition("=")
+        key = key.strip()
+        if not sep or key not in types:
+            raise ValueError(f"{pair}: expected KEY=VALUE with KEY in {', '.join(types)}")
+        try:
+            changes[key] = _parse_value(types[key], text)
+        except ValueError:
+            raise ValueError(f"{pair}: bad value for {key} ({types[key]})") from None
+    return replace(base, **changes)

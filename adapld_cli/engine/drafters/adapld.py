@@ -1,4 +1,4 @@
-"""AdaPLD drafting (paper §3, DESIGN.md §2): lexical copy with reranking and an edit-cursor
+"""AdaPLD drafting (paper §3, docs/design.md): lexical copy with reranking and an edit-cursor
 prior, a semantic fallback over cached hidden states, a branched draft tree, and a draft size
 chosen from recent acceptance and the measured cost of verification.
 

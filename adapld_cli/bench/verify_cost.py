@@ -1,0 +1,100 @@
+"""What one forward pass over ``n`` new tokens costs on the loaded model (``--verify-cost``).
+
+Contract: :func:`measure` fills a KV cache with ``context`` random tokens (seeded), then for
+each ``n`` in ``sizes`` runs one untimed pass over ``n`` random new tokens (warm-up) and
+``repeats`` timed ones, cropping the cache back after each, and returns one
+:class:`CostPoint` per ``n``: the median milliseconds and their ratio to ``n = 1`` (the first
+size). The whole model runs (LM head over all ``n`` rows included), as the model is loaded:
+the curve shows whatever kernels adapld's loading chose. ``context`` is shortened when the
+model's positions would not fit ``context + max(sizes)``. :func:`format_curve` renders the
+points as a plain-text table. This is the cost model the drafters adapt to
+(``adapld_cli.engine.cost``; docs/design.md, "Cost model").
+"""
+
+from __future__ import annotations
+
+import inspect
+import statistics
+import time
+from dataclasses import dataclass
+from typing import Any
+
+SIZES = (1, 2, 4, 8, 16, 32, 64)
+CONTEXT = 1000
+REPEATS = 5
+TOKEN_RANGE = 20000  # random ids below this (and below the vocabulary size)
+
+
+@dataclass(frozen=True)
+class CostPoint:
+    """Median cost of one forward over ``n`` new tokens: milliseconds and ratio to n = 1."""
+
+    n: int
+    ms: float
+    ratio: float
+
+
+def fitting_context(model: Any, context: int, largest: int) -> int:
+    """``context`` shortened so that ``context + largest`` fits the model's positions."""
+    limit = getattr(model.config, "max_position_embeddings", None) or getattr(
+        model.config, "n_positions", None
+    )
+    if limit is not None:
+        context = min(context, int(limit) - largest)
+    if context < 1:
+        raise ValueError(f"the model has too few positions for {largest} new tokens")
+    return context
+
+
+def measure(
+    model: Any,
+    *,
+    context: int = CONTEXT,
+    sizes: tuple[int, ...] = SIZES,
+    repeats: int = REPEATS,
+    seed: int = 0,
+) -> list[CostPoint]:
+    """Per-``n`` forward cost on ``model`` over a ``context``-token cache (see module doc)."""
+    import torch
+    from transformers import DynamicCache
+
+    if not sizes or min(sizes) < 1 or repeats < 1:
+        raise ValueError("need sizes >= 1 and repeats >= 1")
+    context = fitting_context(model, context, max(sizes))
+    device = next(model.parameters()).device
+    high = min(TOKEN_RANGE, model.config.vocab_size)
+    gen = torch.Generator().manual_seed(seed)
+    cache_kw = "cache" if "cache" in inspect.signature(model.forward).parameters else None
+    cache_kw = cache_kw or "past_key_values"
+    cache = DynamicCache(config=model.config)
+    medians: dict[int, float] = {}
+    with torch.inference_mode():
+        model(torch.randint(0, high, (1, context), generator=gen).to(device), use_cache=True,
+              **{cache_kw: cache})  # fmt: skip
+        for n in sizes:
+            ids = torch.randint(0, high, (1, n), generator=gen).to(device)
+            times = [_timed_pass(model, ids, cache, cache_kw) for _ in range(repeats + 1)]
+            medians[n] = statistics.median(times[1:])  # the first pass warms up
+    base = medians[sizes[0]]
+    return [CostPoint(n, medians[n] * 1e3, medians[n] / base if base > 0 else 0.0) for n in sizes]
+
+
+def _timed_pass(model: Any, ids: Any, cache: Any, cache_kw: str) -> float:
+    """Seconds of one forward over ``ids`` after the cache; the cache is cropped back."""
+    import torch
+
+    sync = torch.cuda.synchronize if ids.device.type == "cuda" else (lambda: None)
+    sync()
+    t0 = time.perf_counter()
+    model(ids, use_cache=True, **{cache_kw: cache})
+    sync()
+    seconds = time.perf_counter() - t0
+    cache.crop(-ids.shape[-1])  # crop takes a negative count in transformers 5
+    return seconds
+
+
+def format_curve(points: list[CostPoint], title: str) -> str:
+    """``title`` and a table: n, milliseconds, ratio to n = 1."""
+    lines = [title, f"{'n':>4}  {'ms':>9}  {'x n=1':>7}"]
+    lines += [f"{p.n:>4}  {p.ms:>9.1f}  {p.ratio:>7.2f}" for p in points]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,132 @@
+"""The AdaPLD drafter's decisions, without a model: a hand-built context (tokens, and top-K
+rows where a test needs them) and a stub cost model.
+
+- the cost/benefit cut: a flat verification cost drafts the whole copied chain, a steep one
+  drafts nothing;
+- the copy source: the edit cursor wins over the latest occurrence of the same n-gram;
+- rate recovery: a chain not worth verifying is still judged against the token the model
+  emitted, so a low acceptance rate climbs back and drafting resumes (the bug fixed in
+  1fbbc3d: skipped drafts used to leave the rate stuck);
+- branches: first-token alternatives are drafted where the copy source has real top-K
+  predictions, and not where its only "prediction" is the token that followed it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from adapld_cli.engine.context import Context
+from adapld_cli.engine.drafters.adapld import AdaPLDDrafter, Rate
+from adapld_cli.engine.settings import AdaPLDSettings
+from adapld_cli.engine.types import Source
+
+BASE = list(range(10, 50))  # 40 distinct tokens
+NGRAM = BASE[1:5]  # the query: the last 4 tokens of every context below
+
+
+class StubCost:
+    """A cost model whose ``ratio(n)`` (cost of an n-token pass in single steps) is given."""
+
+    def __init__(self, ratio: Callable[[int], float]) -> None:
+        self.ratio = ratio
+
+
+FLAT = StubCost(lambda n: 1.0)  # verification is free: every candidate pays
+STEEP = StubCost(lambda n: float(n) ** 2)  # nothing can pay for its own pass
+LINEAR_HALF = StubCost(lambda n: 1.0 + 0.5 * (n - 1))  # one draft pays iff it is > 50% likely
+
+
+def _settings(**kw) -> AdaPLDSettings:
+    """No hidden states needed: rerank and the semantic fallback off unless asked."""
+    return AdaPLDSettings(**{"rerank": False, "semantic": False, "branches": False, **kw})
+
+
+def _context(tokens: list[int], cost: StubCost, top_k: int = 0) -> Context:
+    ctx = Context(tokens, len(tokens) + 128, 0, top_k, "cpu", cost)
+    if ctx.topk is not None:
+        ctx.topk[:] = -1
+    return ctx
+
+
+def _drafter(ctx: Context, **kw) -> AdaPLDDrafter:
+    drafter = AdaPLDDrafter(_settings(**kw))
+    drafter.start(ctx)
+    return drafter
+
+
+def _chain(tree) -> list[int]:
+    assert tree.is_chain
+    return tree.tokens[1:]
+
+
+def test_flat_cost_drafts_the_long_chain():
+    tokens = [*BASE, 99, 98, *BASE[:5]]  # BASE[1:5] occurred once before, ending at 4
+    ctx = _context(tokens, FLAT)
+    tree = _drafter(ctx).propose(ctx, 30)
+    assert tree.kind == "lexical"
+    assert _chain(tree) == tokens[5:35]  # every node up to the budget: the copy after 4
+    assert set(tree.sources[1:]) == {Source.LEXICAL}
+
+
+def test_steep_cost_drafts_nothing():
+    tokens = [*BASE, 99, 98, *BASE[:5]]
+    ctx = _context(tokens, STEEP)
+    tree = _drafter(ctx).propose(ctx, 30)
+    assert tree.kind == "lexical" and len(tree) == 1  # found a copy, not worth a pass
+
+
+def test_cursor_wins_over_the_latest_occurrence():
+    # NGRAM occurs twice: at 1..4 followed by 70.., and at 11..14 followed by 80..
+    tokens = [0, *NGRAM, 70, 71, 72, 3, 3, 3, *NGRAM, 80, 81, 82, 5, 5, *NGRAM]
+    first, latest = 4, 14  # end positions of the two occurrences
+    for cursor, expect in ((first, 70), (None, 80)):
+        ctx = _context(tokens, FLAT)
+        drafter = _drafter(ctx)
+        drafter.cursor = cursor  # the copy source aligned with the pending token
+        tree = drafter.propose(ctx, 3)
+        assert _chain(tree)[0] == expect, cursor
+        assert drafter._last.q == (first if cursor is not None else latest)
+    ctx = _context(tokens, FLAT)
+    drafter = _drafter(ctx, cursor=False)  # cursor switched off: the latest wins
+    drafter.cursor = first
+    assert _chain(drafter.propose(ctx, 3))[0] == 80
+
+
+def test_low_rate_recovers_after_skipped_drafts():
+    """Rates start far too low for a draft to pay; the model keeps emitting exactly what the
+    copy predicts, so the rates climb and drafting resumes within a few steps."""
+    tokens = [*BASE, 99, 98, *BASE[:5]]
+    ctx = _context(tokens, LINEAR_HALF)
+    drafter = _drafter(ctx)
+    for key in drafter.lex:
+        drafter.lex[key] = Rate(0.1)
+    skipped = 0
+    for _ in range(8):
+        tree = drafter.propose(ctx, 16)
+        if len(tree) > 1:
+            break
+        skipped += 1
+        emitted = [ctx.tokens[drafter._last.q + 1]]  # the model emits the copied token
+        ctx.tokens.extend(emitted)
+        drafter.feedback(ctx, tree, [0], emitted)
+    assert skipped >= 1, "the low rate must first skip drafting"
+    assert len(tree) > 1, "the rate never recovered"
+    assert _chain(tree) == ctx.tokens[drafter._last.q + 1 : drafter._last.q + len(tree)]
+
+
+def test_branches_only_where_real_topk_exists():
+    tokens = [*BASE, 99, 98, *BASE[:5]]
+    q = 4  # the copy source: its chain starts with BASE[5] == 15
+    for real, expect_branches in ((True, True), (False, False)):
+        ctx = _context(tokens, FLAT, top_k=3)
+        if real:  # the model's own top-3 at the copy source: the chain token + two others
+            ctx.topk[q, :] = ctx.topk.new_tensor([15, 60, 61])
+        else:  # observed top-K: only the token that followed, as on a CPU prefill
+            ctx.observed_topk(len(tokens) - 1)
+        drafter = _drafter(ctx, branches=True)
+        tree = drafter.propose(ctx, 40)
+        roots = {tree.tokens[i]: tree.sources[i] for i in tree.children[0].values()}
+        assert roots[15] is Source.LEXICAL
+        branch_roots = {t for t, src in roots.items() if src is Source.BRANCH}
+        assert branch_roots == ({60, 61} if expect_branches else set()), real
+        assert (Source.BRANCH in tree.sources) is expect_branches

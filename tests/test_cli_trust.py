@@ -190,34 +190,33 @@ def test_help_documents_every_exit_code():
         assert code in r.stdout
 
 
-# -- rows that need the scope guard and format checks (trust-guard) ------------------------------
-
-GUARD = pytest.mark.xfail(reason="issue 9: scope guard lands with trust-guard", strict=True)
+# -- the scope guard and format checks ---------------------------------------------------------
 
 
-@GUARD
-@pytest.mark.parametrize("name", ["inv.py", "inv"])
-def test_fragment_over_a_file_is_refused(cli, tmp_path, name):
+@pytest.mark.parametrize(
+    ("name", "why"),
+    [
+        ("inv.py", "would delete Item, Inventory, report (+4 more), which the instruction does "
+                   "not name"),
+        ("inv", "would drop 43 of 50 non-blank lines, which the instruction does not ask for"),
+    ],
+)  # fmt: skip
+def test_fragment_over_a_file_is_refused(cli, tmp_path, name, why):
     path = tmp_path / name
     path.write_text(INVENTORY)
     before = snapshot(path)
     r = cli(path, "-i", "add a docstring to the tagged method", model="fragment")
     assert r.exit_code == 1
-    line = lines(r)[0]
-    assert line.startswith(f"{path}: refused — would delete ")
-    assert line.endswith(
-        "which the instruction does not name; nothing written (--force writes it anyway)"
-    )
+    assert lines(r) == [f"{path}: refused — {why}; nothing written (--force writes it anyway)"]
     assert snapshot(path) == before
     for mode in ("--check", "--diff", "--stdout"):
         shown = cli(path, "-i", "add a docstring to the tagged method", mode, model="fragment")
-        assert shown.exit_code == 1 and f"{path}: refused — would delete" in shown.stderr
+        assert shown.exit_code == 1 and f"{path}: refused — {why}" in shown.stderr
         assert shown.stdout == ""
     forced = cli(path, "-i", "add a docstring", "--force", model="fragment")
     assert forced.exit_code == 0 and path.read_text() == FRAGMENT
 
 
-@GUARD
 def test_output_file_is_guarded_too(cli, tmp_path):
     path, out = tmp_path / "inv.py", tmp_path / "out.py"
     path.write_text(INVENTORY)
@@ -226,7 +225,6 @@ def test_output_file_is_guarded_too(cli, tmp_path):
     assert not out.exists()
 
 
-@GUARD
 def test_lost_constant_is_refused(cli, tmp_path):
     path = tmp_path / "long.py"
     path.write_text(LONG)
@@ -237,7 +235,6 @@ def test_lost_constant_is_refused(cli, tmp_path):
     assert snapshot(path) == before
 
 
-@GUARD
 def test_json_that_no_longer_parses_is_refused(cli, tmp_path):
     path = tmp_path / "config.json"
     path.write_text(CONFIG_JSON)
@@ -248,7 +245,6 @@ def test_json_that_no_longer_parses_is_refused(cli, tmp_path):
     assert snapshot(path) == before
 
 
-@GUARD
 def test_notebook_is_refused_before_the_model_loads(cli, tmp_path):
     path = tmp_path / "nb.ipynb"
     path.write_text(NOTEBOOK)
@@ -260,12 +256,9 @@ def test_notebook_is_refused_before_the_model_loads(cli, tmp_path):
     assert snapshot(path) == before
 
 
-# -- rows that need race-safe, identity-keeping writes and the journal (trust-journal) -----------
-
-JOURNAL = pytest.mark.xfail(reason="issue 9: lands with trust-journal", strict=True)
+# -- race-safe writes that keep the file's identity; the undo journal ---------------------------
 
 
-@JOURNAL
 def test_file_changed_during_generation_is_not_overwritten(models, source_file):
     appended = source_file.read_text() + "# added while adapld was generating\n"
 
@@ -279,7 +272,6 @@ def test_file_changed_during_generation_is_not_overwritten(models, source_file):
     assert source_file.read_text() == appended
 
 
-@JOURNAL
 def test_hard_link_stays_linked(cli, source_file, texts):
     other = source_file.parent / "other.py"
     os.link(source_file, other)
@@ -290,7 +282,6 @@ def test_hard_link_stays_linked(cli, source_file, texts):
     assert source_file.stat().st_nlink == 2
 
 
-@JOURNAL
 @pytest.mark.skipif(os.geteuid() != 0, reason="changing a file's owner needs root")
 def test_owner_and_group_are_kept(cli, source_file, texts):
     os.chown(source_file, 1000, 1000)
@@ -300,7 +291,6 @@ def test_owner_and_group_are_kept(cli, source_file, texts):
     assert (st.st_uid, st.st_gid) == (1000, 1000) and source_file.read_text() == texts.renamed
 
 
-@JOURNAL
 def test_read_only_file_is_refused_unless_forced(cli, source_file, texts):
     os.chmod(source_file, 0o444)
     before = snapshot(source_file)
@@ -312,7 +302,6 @@ def test_read_only_file_is_refused_unless_forced(cli, source_file, texts):
     assert stat.S_IMODE(source_file.stat().st_mode) == 0o444
 
 
-@pytest.mark.skip(reason="issue 9: lands with trust-journal (reading a FIFO blocks until then)")
 def test_fifo_is_refused_before_the_model_loads(cli, tmp_path):
     fifo = tmp_path / "pipe.py"
     os.mkfifo(fifo)
@@ -321,7 +310,6 @@ def test_fifo_is_refused_before_the_model_loads(cli, tmp_path):
     assert "no-such-model" not in r.stderr
 
 
-@JOURNAL
 def test_undo_round_trip(cli, source_file, texts, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path.parent)  # undo works from any directory
     r = cli(source_file, "-i", "rename")
@@ -333,7 +321,6 @@ def test_undo_round_trip(cli, source_file, texts, tmp_path, monkeypatch):
     assert source_file.read_text() == texts.source
 
 
-@JOURNAL
 def test_undo_leaves_a_file_changed_since_alone(cli, source_file, texts):
     assert cli(source_file, "-i", "rename").exit_code == 0
     source_file.write_text(texts.renamed + "# mine\n")

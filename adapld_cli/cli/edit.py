@@ -230,7 +230,12 @@ def edit(
             paths=paths,
             instruction=_instruction_text(instruction, instruction_file),
             writeback=WriteBack.from_options(
-                paths=paths, to_stdout=to_stdout, output=output, diff=diff, check=check
+                paths=paths,
+                to_stdout=to_stdout,
+                output=output,
+                diff=diff,
+                check=check,
+                force=force,
             ),
             template=_template(prompt),
             options=EditOptions(

@@ -2,19 +2,30 @@
 
 Contract: :func:`read_inputs` returns, in the order given, an :class:`EditInput` for each file
 that can be edited and an :class:`~adapld_cli.edit.outcome.Outcome` (status ``error``, exit 2)
-for each that cannot. A file named twice — the same path, another spelling of it, or another
-hard link to it — is edited once (its first mention counts). ``-`` reads stdin.
+for each that cannot: a missing, binary or non-UTF-8 file, a FIFO, device or socket, a
+notebook (:func:`adapld_cli.edit.formats.precheck`), and — when the mode writes in place — a
+read-only file unless ``force``. A file named twice — the same path, another spelling of it,
+or another hard link to it — is edited once (its first mention counts). ``-`` and
+``/dev/stdin`` read stdin.
 """
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
+from pathlib import PurePath
 from typing import BinaryIO
 
-from adapld_cli.edit.errors import EditError
-from adapld_cli.edit.outcome import Outcome
-from adapld_cli.edit.source import SourceFile, check_writable, decode_source, read_source
+from adapld_cli.edit.errors import EditError, InputError
+from adapld_cli.edit.formats import precheck
+from adapld_cli.edit.outcome import Outcome, strip_name
+from adapld_cli.edit.source import (
+    SourceFile,
+    check_writable,
+    decode_source,
+    is_stdin_path,
+    read_source,
+    unique_paths,
+)
 from adapld_cli.edit.syntax import language_for
 from adapld_cli.edit.writeback import Mode, WriteBack
 
@@ -39,41 +50,30 @@ def read_inputs(
 ) -> list[EditInput | Outcome]:
     """Read every input (see the module contract)."""
     items: list[EditInput | Outcome] = []
-    seen: set[object] = set()
-    for path in paths:
-        key = _identity(path)
-        if key in seen:
-            continue
-        seen.add(key)
+    for path in unique_paths(paths):
         try:
             items.append(_read_one(path, writeback, stdin, stdin_filename))
         except EditError as exc:
-            items.append(Outcome.failed(STDIN_NAME if path == "-" else path, exc))
+            items.append(Outcome.failed(STDIN_NAME if is_stdin_path(path) else path, exc))
     return items
 
 
 def _read_one(
     path: str, writeback: WriteBack, stdin: BinaryIO | None, stdin_filename: str | None
 ) -> EditInput:
-    if path == "-":
-        name = stdin_filename or STDIN_NAME
+    stdin_path = is_stdin_path(path)
+    name = (stdin_filename or STDIN_NAME) if stdin_path else path
+    checked = stdin_filename if stdin_path else path
+    reason = precheck(checked)
+    if reason is not None:  # it starts with the file's base name
+        raise InputError(f"{name}: {strip_name(reason, PurePath(checked or '').name)}")
+    if stdin_path:
         raw = stdin.read() if stdin is not None else b""
         item = EditInput(name, decode_source(raw, name), language_for(stdin_filename))
     else:
         item = EditInput(path, read_source(path))
         if writeback.mode is Mode.IN_PLACE:
-            check_writable(path)
+            check_writable(path, force=writeback.force)
     if writeback.mode is Mode.OUTPUT and writeback.output is not None:
-        check_writable(writeback.output, str(writeback.output))
+        check_writable(writeback.output, str(writeback.output), force=writeback.force)
     return item
-
-
-def _identity(path: str) -> object:
-    """What makes two paths the same file: device and inode, else the resolved path."""
-    if path == "-":
-        return "-"
-    try:
-        st = os.stat(path)
-    except OSError:
-        return os.path.realpath(path)
-    return (st.st_dev, st.st_ino)

@@ -33,6 +33,7 @@ from typing import Any, Protocol
 from adapld_cli.edit.errors import EXIT_USAGE, EditError
 from adapld_cli.edit.inputs import EditInput, read_inputs
 from adapld_cli.edit.interrupt import Interrupted, Signals, describe, exit_code_of
+from adapld_cli.edit.journal import Journal, Run
 from adapld_cli.edit.outcome import Outcome, RunReport, StatsLog, Status
 from adapld_cli.edit.prompt import PromptTemplate
 from adapld_cli.edit.session import EditOptions, EditResult, EditSession
@@ -115,6 +116,7 @@ class _Run:
         self.stats = stats
         self.on_event = on_event
         self.report = RunReport()
+        self.journal = _journal(config)
 
     def all(self) -> None:
         cfg = self.config
@@ -181,7 +183,11 @@ class _Run:
         """Apply under the write-back mode; a signal held back until the write cancels it."""
         try:
             return apply_result(
-                result, self.config.writeback, name=item.name, checkpoint=self.signals.check
+                result,
+                self.config.writeback,
+                name=item.name,
+                checkpoint=self.signals.check,
+                journal=self.journal,
             )
         except KeyboardInterrupt as exc:
             return Outcome.interrupted(item.name, exc)
@@ -234,6 +240,13 @@ def load_model(
         config.spec, device=config.device, dtype=config.dtype, verbose=verbose, progress=progress
     )
     return loaded, threads
+
+
+def _journal(config: EditConfig) -> Run | None:
+    """The undo journal's run for a run that writes files (nothing on disk until a write)."""
+    if not config.writeback.mode.writes:
+        return None
+    return Journal().begin(config.instruction)
 
 
 def _chain(*hooks: EventHook | None) -> EventHook | None:

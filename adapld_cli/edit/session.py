@@ -8,9 +8,12 @@ optional callback (the live panel). It never writes files: :meth:`EditSession.ed
 
 - Input problems found before generation (empty instruction, prompt + expected output over
   the model's context) raise :class:`~adapld_cli.edit.errors.InputError` (exit 2).
-- After generation, ``status`` is ``"changed"``, ``"unchanged"`` or ``"refused"`` (exit 1:
-  token limit hit before the closing fence, or the input parsed cleanly with tree-sitter and
-  the output does not, unless ``force``).
+- After generation, ``status`` is ``"changed"``, ``"unchanged"`` or ``"refused"`` (exit 1),
+  checked in this order: the token limit was hit before the closing fence; the input parsed
+  (tree-sitter, or JSON/TOML/YAML by file name) and the output does not; the output loses
+  definitions, statements or most lines that the instruction does not ask to lose
+  (:func:`adapld_cli.edit.guard.check_scope`). With ``force`` the last two are kept and noted
+  (``syntax_error``, ``lost``) instead of refused.
 - ``KeyboardInterrupt`` propagates (the caller writes nothing and exits 130); the engine's
   generator is closed on the way out.
 """
@@ -22,6 +25,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from adapld_cli.edit.errors import EXIT_OK, EXIT_REFUSED, InputError
+from adapld_cli.edit.formats import check_format, format_for
+from adapld_cli.edit.guard import check_scope
 from adapld_cli.edit.prompt import Prompt, PromptTemplate, build_prompt, extract_file, load_template
 from adapld_cli.edit.source import SourceFile, encode_like
 from adapld_cli.edit.syntax import (
@@ -77,7 +82,8 @@ class EditResult:
     stats: Stats
     stop_reason: str | None
     message: str | None = None  # why it was refused
-    syntax_error: SyntaxIssue | None = None
+    syntax_error: SyntaxIssue | None = None  # kept despite it (force)
+    lost: str | None = None  # what the result loses, kept despite it (force)
     changes: DefinitionChanges | None = None
     tokens: list[int] = field(default_factory=list)
 
@@ -252,27 +258,46 @@ class EditSession:
             tokens=tokens,
         )
         if not closed and stop_reason not in ("eos", "stop_string"):
-            result.status = "refused"
-            result.message = (
+            return _refuse(
+                result,
                 f"generation hit the token limit ({prepared.config.max_new_tokens}) before the "
-                "end of the file; nothing written (raise --max-new-tokens)"
+                "end of the file; nothing written (raise --max-new-tokens)",
             )
-            return result
         if new_text == source.text:
             result.status = "unchanged"
             return result
         result.changes = changed_definitions(source.text, new_text, prepared.lang)
-        if first_syntax_error(source.text, prepared.lang) is None:
-            issue = first_syntax_error(new_text, prepared.lang)
-            if issue is not None:
-                result.syntax_error = issue
-                if not self.options.force:
-                    result.status = "refused"
-                    result.message = (
-                        f"the edited file does not parse ({issue}); nothing written "
-                        "(--force writes it anyway)"
-                    )
+        self._check_parse(result)
+        if result.status != "refused":
+            self._check_scope(result, prepared.instruction)
         return result
+
+    def _check_parse(self, result: EditResult) -> None:
+        """Refuse (or note, with ``force``) a result that broke a file that parsed."""
+        issue = parse_issue(result.source.text, result.new_text, result.lang, result.source.name)
+        if issue is None:
+            return
+        result.syntax_error = issue
+        if not self.options.force:
+            _refuse(
+                result,
+                f"the edited file does not parse ({issue}); nothing written "
+                "(--force writes it anyway)",
+            )
+
+    def _check_scope(self, result: EditResult, instruction: str) -> None:
+        """Refuse (or note, with ``force``) a result that loses what was not asked."""
+        verdict = check_scope(
+            result.source.text,
+            result.new_text,
+            language=result.lang or format_for(result.source.name),
+            instruction=instruction,
+        )
+        if not verdict.lost:
+            return
+        result.lost = verdict.message
+        if not self.options.force:
+            _refuse(result, verdict.refusal or "")
 
     def edit(
         self,
@@ -283,3 +308,19 @@ class EditSession:
     ) -> EditResult:
         """:meth:`prepare` then :meth:`run`."""
         return self.run(self.prepare(source, instruction, lang), on_event)
+
+
+def parse_issue(before: str, after: str, lang: str | None, name: str) -> SyntaxIssue | None:
+    """How ``after`` fails to parse when ``before`` parsed: tree-sitter for ``lang``, then the
+    data format of ``name`` (JSON, TOML, YAML); ``None`` when nothing broke."""
+    if first_syntax_error(before, lang) is None:
+        issue = first_syntax_error(after, lang)
+        if issue is not None:
+            return issue
+    return check_format(before, after, name)
+
+
+def _refuse(result: EditResult, message: str) -> EditResult:
+    result.status = "refused"
+    result.message = message
+    return result

@@ -8,7 +8,12 @@ Contract:
   place or ``--output``, atomically) and returns the bytes for stdout (edited file or diff)
   without printing them. Nothing is written for a refused result, in ``--check``, ``--diff``
   and ``--stdout``, or for an unchanged file in place. ``checkpoint`` is called right before
-  the first byte would be written: raising there (an interrupt) leaves the disk untouched.
+  the write begins: raising there (an interrupt) leaves the disk untouched.
+- A write goes through the undo journal's run when one is given (every write of a CLI run
+  is journalled) and through :mod:`adapld_cli.edit.source`'s checks either way: a file that
+  changed on disk since it was read is ``refused`` (exit 1), a read-only file (unless
+  ``force``), a special file or a journal failure is an ``error`` (exit 2); in all of these
+  nothing is written. Owner, group, mode bits and hard links are kept.
 """
 
 from __future__ import annotations
@@ -21,11 +26,19 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from adapld_cli.edit.diff import unified_diff
-from adapld_cli.edit.errors import EXIT_OK, EXIT_REFUSED, EXIT_USAGE, UsageError
-from adapld_cli.edit.outcome import Outcome, Status
-from adapld_cli.edit.source import atomic_write
+from adapld_cli.edit.errors import (
+    EXIT_OK,
+    EXIT_REFUSED,
+    EXIT_USAGE,
+    ChangedOnDiskError,
+    EditError,
+    UsageError,
+)
+from adapld_cli.edit.outcome import Outcome, Status, strip_name
+from adapld_cli.edit.source import atomic_write, is_stdin_path, write_source
 
 if TYPE_CHECKING:
+    from adapld_cli.edit.journal import Run
     from adapld_cli.edit.session import EditResult
     from adapld_cli.edit.source import SourceFile
 
@@ -52,6 +65,7 @@ class WriteBack:
     mode: Mode = Mode.IN_PLACE
     output: Path | None = None
     diff: bool = False
+    force: bool = False  # write read-only files too (checks of the result: EditOptions.force)
 
     @classmethod
     def from_options(
@@ -62,9 +76,11 @@ class WriteBack:
         output: Path | None = None,
         diff: bool = False,
         check: bool = False,
+        force: bool = False,
     ) -> WriteBack:
         """The mode the options ask for; :class:`UsageError` when they contradict."""
-        if "-" in paths and len(paths) > 1:
+        stdin = any(is_stdin_path(p) for p in paths)
+        if stdin and len(paths) > 1:
             raise UsageError("'-' (stdin) cannot be combined with other paths")
         if sum([to_stdout, output is not None, diff]) > 1:
             raise UsageError("choose one of --stdout, --output and --diff")
@@ -73,14 +89,14 @@ class WriteBack:
         if output is not None and len(paths) != 1:
             raise UsageError("--output takes exactly one input path")
         if check:
-            return cls(Mode.CHECK, diff=diff)
+            return cls(Mode.CHECK, diff=diff, force=force)
         if diff:
-            return cls(Mode.DIFF, diff=True)
+            return cls(Mode.DIFF, diff=True, force=force)
         if output is not None:
-            return cls(Mode.OUTPUT, output=output)
-        if to_stdout or "-" in paths:
-            return cls(Mode.STDOUT)
-        return cls(Mode.IN_PLACE)
+            return cls(Mode.OUTPUT, output=output, force=force)
+        if to_stdout or stdin:
+            return cls(Mode.STDOUT, force=force)
+        return cls(Mode.IN_PLACE, force=force)
 
     def target(self, source: SourceFile) -> Path | None:
         """The file a result for ``source`` would be written to (``None``: none)."""
@@ -97,6 +113,7 @@ def apply_result(
     *,
     name: str | None = None,
     checkpoint: Callable[[], None] | None = None,
+    journal: Run | None = None,
 ) -> Outcome:
     """Apply ``result`` under ``writeback`` and say what happened (see the module contract)."""
     name = name if name is not None else result.source.name
@@ -112,9 +129,11 @@ def apply_result(
         return outcome
     if checkpoint is not None:
         checkpoint()
-    error = _write(result, target, writeback.mode)
-    if error:
-        return Outcome(name, Status.ERROR, EXIT_USAGE, error, result)
+    failed = _write(result, target, writeback, journal)
+    if failed is not None:
+        failed.name, failed.result = name, result
+        failed.detail = strip_name(failed.detail, result.source.name)
+        return failed
     outcome.written = target
     return outcome
 
@@ -140,6 +159,8 @@ def _detail(result: EditResult, writeback: WriteBack, changed: bool) -> str:
         parts.append(result.changes.describe())
     if result.syntax_error is not None:
         parts.append(f"--force: kept despite a syntax error ({result.syntax_error})")
+    if result.lost:
+        parts.append(f"--force: kept although it {result.lost}")
     return "; ".join(p for p in parts if p)
 
 
@@ -151,17 +172,31 @@ def _stdout_data(result: EditResult, writeback: WriteBack, changed: bool, name: 
     return b""
 
 
-def _write(result: EditResult, target: Path, mode: Mode) -> str:
-    """Write the result to ``target``; return an error detail, or ``""`` when written."""
+def _write(
+    result: EditResult, target: Path, writeback: WriteBack, journal: Run | None
+) -> Outcome | None:
+    """Write the result to ``target``; ``None`` when written, else the failure's outcome."""
+    src, data = result.source, result.new_bytes
     try:
-        if mode is Mode.OUTPUT and not target.exists():
-            atomic_write(target, result.new_bytes, mode=_mode_bits(result.source.path))
-        else:  # an existing file keeps its own mode bits
-            atomic_write(target, result.new_bytes)
+        if writeback.mode is Mode.IN_PLACE:
+            if journal is not None:
+                journal.write(src, data, force=writeback.force)
+            else:
+                write_source(src, data, force=writeback.force)
+            return None
+        bits = None if target.exists() else _mode_bits(src.path)  # a new file: the source's
+        if journal is not None:
+            journal.write_output(target, data, mode=bits)
+        else:
+            atomic_write(target, data, mode=bits)
+    except ChangedOnDiskError as exc:
+        return Outcome(src.name, Status.REFUSED, exc.exit_code, str(exc))
+    except EditError as exc:
+        return Outcome(src.name, Status.ERROR, exc.exit_code, str(exc))
     except OSError as exc:
-        what = f"cannot write {target}" if mode is Mode.OUTPUT else "cannot write"
-        return f"{what}: {exc.strerror or exc}"
-    return ""
+        what = f"cannot write {target}" if writeback.mode is Mode.OUTPUT else "cannot write"
+        return Outcome(src.name, Status.ERROR, EXIT_USAGE, f"{what}: {exc.strerror or exc}")
+    return None
 
 
 def _mode_bits(path: Path | None) -> int | None:

@@ -1,7 +1,9 @@
 """The terminal side of a run: result lines and messages on stderr, data on stdout.
 
 Contract: :class:`ConsoleView` implements :class:`adapld_cli.edit.run.View`. ``--quiet`` keeps
-only errors, refusals and interruptions; ``--verbose`` adds details. Data (an edited file, a
+only errors, refusals and interruptions; ``--verbose`` adds details. A result line carries the
+decoding statistics only when the file was not refused, failed or interrupted (those lines
+end with their reason: ``inv.py: refused — ...; nothing written (--force writes it anyway)``). Data (an edited file, a
 diff) is written to stdout as bytes, untouched.
 """
 
@@ -17,6 +19,7 @@ from adapld_cli.ui.panel import live_view
 from adapld_cli.ui.summary import emit, file_line
 
 _ALWAYS_SHOWN = (Status.REFUSED, Status.INTERRUPTED)
+_NO_STATS = (Status.REFUSED, Status.ERROR, Status.INTERRUPTED)  # the line ends with the reason
 
 
 class ConsoleView:
@@ -55,7 +58,7 @@ class ConsoleView:
             outcome.name,
             outcome.status,
             detail=outcome.detail,
-            stats=outcome.stats,
+            stats=None if outcome.status in _NO_STATS else outcome.stats,
             baseline_tok_s=baseline_tok_s,
         )
         emit(self.console, line, outcome.status)

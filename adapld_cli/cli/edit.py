@@ -28,8 +28,10 @@ HELP = (
     'Edit files with the model: adapld edit PATH... -i "what to change".\n\n'
     "The model rewrites each whole file; AdaPLD copies the unchanged parts from your file in "
     "large verified chunks, so this is several times faster than plain decoding and gives the "
-    "same result. Writes are atomic and safe: nothing is written when generation is cut off "
-    "or interrupted, or when the original parses and the result does not (see --force)."
+    "same result. Writes are atomic, keep the file's owner, mode and hard links, and can be "
+    "undone with adapld undo. Nothing is written when generation is cut off or interrupted, "
+    "when the original parses and the result does not, when the result loses code the "
+    "instruction does not name, or when the file changed on disk meanwhile (see --force)."
 )
 EPILOG = (
     "Examples:\n\n"
@@ -37,11 +39,14 @@ EPILOG = (
     "  adapld edit app.py -i 'add type hints' --diff    (print a diff, write nothing)\n\n"
     "  cat app.py | adapld edit - -i 'add docstrings' > out.py\n\n"
     "  adapld edit src/*.py -i 'use logging, not print' --check   (CI: exit 1 on changes)\n\n"
+    "  adapld undo                                      (put back what the last run wrote)\n\n"
     "Exit codes: 0 done (edited or unchanged) · 1 refused by a check (truncated output, "
-    "output that does not parse, --check found changes) · 2 bad usage or input (missing "
-    "file, binary or non-UTF-8 file, empty instruction, file too long for the model; also "
-    "a --stats-json file that cannot be written) · 130 interrupted by Ctrl-C and 143 by "
-    "SIGTERM (the file being edited is left untouched; files finished before are listed).\n\n"
+    "output that does not parse, code lost that the instruction does not name, file changed "
+    "on disk during the edit; --check found changes) · 2 bad usage or input (missing file, "
+    "binary or non-UTF-8 file, FIFO or device, notebook, read-only file without --force, "
+    "empty instruction, file too long for the model; also a --stats-json file that cannot "
+    "be written) · 130 interrupted by Ctrl-C and 143 by SIGTERM (the file being edited is "
+    "left untouched; files finished before are listed).\n\n"
     "The model is --model, else $ADAPLD_MODEL, else the embedded "
     "Qwen2.5-Coder-0.5B-Instruct. NO_COLOR turns colour off; the live panel is drawn only "
     "when stderr is a terminal (not in CI or pre-commit)."
@@ -119,8 +124,8 @@ ForceOpt = Annotated[
     bool,
     _opt(
         "--force",
-        help="Write even when the edited file does not parse (tree-sitter) although the "
-        "original did.",
+        help="Write what a check refused: a result that does not parse although the original "
+        "did, one that loses code the instruction does not name, or a read-only file.",
         panel=_OUT,
     ),
 ]

@@ -3,8 +3,8 @@
 Contract: :class:`ConsoleView` implements :class:`adapld_cli.edit.run.View`. ``--quiet`` keeps
 only errors, refusals and interruptions; ``--verbose`` adds details. A result line carries the
 decoding statistics only when the file was not refused, failed or interrupted (those lines
-end with their reason: ``inv.py: refused — ...; nothing written (--force writes it anyway)``). Data (an edited file, a
-diff) is written to stdout as bytes, untouched.
+end with their reason: ``inv.py: refused — ...; nothing written (--force writes it
+anyway)``). Data (an edited file, a diff) is written to stdout as bytes, untouched.
 """
 
 from __future__ import annotations

@@ -15,13 +15,14 @@ import json
 import os
 import signal
 import stat
+import sys
 
 import pytest
 from rich.console import Console
 from typer.testing import CliRunner
 
 from adapld_cli.cli.app import app
-from adapld_cli.edit import WriteBack, load_template
+from adapld_cli.edit import Mode, WriteBack, load_template
 from adapld_cli.edit.interrupt import Signals
 from adapld_cli.edit.run import EditConfig, ModelConfig, run_edit
 from adapld_cli.ui import ConsoleView
@@ -127,6 +128,22 @@ def test_signal_at_the_last_step_writes_nothing(models, source_file, signum, cod
     assert f"{source_file}: {detail}" in err
     assert snapshot(source_file) == before
     assert sorted(p.name for p in source_file.parent.iterdir()) == ["calc.py"]
+
+
+def test_sigterm_before_the_model_loads(models, monkeypatch):
+    class SignalOnRead(io.BytesIO):
+        def read(self, *args):
+            os.kill(os.getpid(), signal.SIGTERM)
+            return super().read(*args)
+
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(SignalOnRead(b"x = 1\n")))
+    buf = io.StringIO()
+    config = EditConfig(paths=["-"], instruction="rename", template=load_template(None),
+                        writeback=WriteBack(Mode.STDOUT))  # fmt: skip
+    with Signals() as signals:
+        report = run_edit(config, ConsoleView(Console(file=buf, width=200)), signals=signals)
+    assert report.exit_code == 143
+    assert buf.getvalue() == "adapld: error: terminated (SIGTERM); nothing written\n"
 
 
 class SignalWhileReporting(ConsoleView):

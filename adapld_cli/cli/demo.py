@@ -56,7 +56,10 @@ def demo(
         typer.Option("--instruction", "-i", metavar="TEXT", help="What to change in the sample."),
     ] = INSTRUCTION,
     method: Annotated[
-        Method, typer.Option("--method", help="Decoding method to show: adapld or pld.")
+        Method,
+        typer.Option(
+            "--method", metavar="[adapld|pld]", help="Decoding method to show: adapld or pld."
+        ),
     ] = Method.adapld,
     model: ModelOpt = None,
     device: DeviceOpt = None,

@@ -96,6 +96,9 @@ def run_edit(
     run = _Run(config, view, signals or Signals(), stats, on_event)
     try:
         run.all()
+    except KeyboardInterrupt as exc:  # while reading the inputs or loading the model
+        view.error(f"{describe(exc)}; nothing written")
+        run.report.fail(exit_code_of(exc))
     finally:
         run.stats_problem(stats.close())
     return run.report
@@ -128,14 +131,7 @@ class _Run:
         for item in items:
             if isinstance(item, Outcome):
                 self.finish(item)
-        if not todo:
-            return
-        try:
-            session = self.session()
-        except KeyboardInterrupt as exc:
-            self.view.error(f"{describe(exc)}; nothing written")
-            self.report.fail(exit_code_of(exc))
-            return
+        session = self.session() if todo else None
         if session is None:
             return
         for n, item in enumerate(todo):

@@ -287,3 +287,15 @@ def test_help_lists_exit_codes():
     r = CliRunner().invoke(app, ["edit", "--help"])
     assert r.exit_code == 0
     assert "Exit codes" in r.stdout and "--stats-json" in r.stdout
+
+
+def test_threads_are_set_before_the_model_loads(cli, source_file):
+    import torch
+
+    before = torch.get_num_threads()
+    try:
+        r = cli(source_file, "-i", "rename", "--threads", "1", "--verbose")
+        assert r.exit_code == 0, r.stderr
+        assert torch.get_num_threads() == 1 and ", 1 threads, loaded in" in r.stderr
+    finally:
+        torch.set_num_threads(before)

@@ -344,3 +344,11 @@ def test_undo_leaves_a_file_changed_since_alone(cli, source_file, texts):
     undone = CliRunner().invoke(app, ["undo"])
     assert source_file.read_text() == texts.renamed + "# mine\n"
     assert str(source_file) in undone.stderr + undone.stdout
+
+
+def test_dev_stdin_is_like_dash(models, texts):
+    r = CliRunner().invoke(app, ["edit", "/dev/stdin", "-i", "rename", "--stdin-filename",
+                                 "calc.py", "--model", str(models["rename"])],
+                           input=texts.source.encode())  # fmt: skip
+    assert r.exit_code == 0, r.stderr
+    assert r.stdout == texts.renamed and "calc.py: changed" in r.stderr

@@ -230,3 +230,37 @@ def test_stdin_input(texts):
     (item,) = read_inputs(["-"], WriteBack(Mode.STDOUT), stdin=io.BytesIO(texts.source.encode()),
                           stdin_filename="calc.py")  # fmt: skip
     assert (item.name, item.lang, item.source.path) == ("calc.py", "python", None)
+
+
+def test_writes_are_journalled_and_race_checked(source_file, texts, tmp_path):
+    from adapld_cli.edit.journal import Journal
+
+    journal = Journal(tmp_path / "journal")
+    run = journal.begin("rename foo to bar")
+    stale = result_for(source_file, texts.renamed)  # read now...
+    source_file.write_text(texts.source + "# mine\n")  # ...changed before the write
+    before = snapshot(source_file)
+    outcome = apply_result(stale, WriteBack(), journal=run)
+    assert (outcome.status, outcome.exit_code) == (Status.REFUSED, 1)
+    assert outcome.detail == "changed on disk during the edit; nothing written"
+    assert snapshot(source_file) == before and journal.list_runs() == []
+    fresh = result_for(source_file, texts.renamed)
+    assert apply_result(fresh, WriteBack(), journal=run).status is Status.EDITED
+    (info,) = journal.list_runs()
+    assert info.instruction == "rename foo to bar"
+    assert journal.undo().exit_code == 0
+    assert source_file.read_text() == texts.source + "# mine\n"
+
+
+def test_read_only_needs_force(source_file, texts):
+    os.chmod(source_file, 0o444)
+    before = snapshot(source_file)
+    outcome = apply_result(result_for(source_file, texts.renamed), WriteBack())
+    assert (outcome.status, outcome.exit_code) == (
+        Status.ERROR,
+        2,
+    ) and "read-only" in outcome.detail
+    assert snapshot(source_file) == before
+    forced = apply_result(result_for(source_file, texts.renamed), WriteBack(force=True))
+    assert forced.status is Status.EDITED and source_file.read_text() == texts.renamed
+    assert (source_file.stat().st_mode & 0o777) == 0o444

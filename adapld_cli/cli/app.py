@@ -13,24 +13,7 @@ import typer
 from typer.core import TyperCommand, TyperGroup
 
 from adapld_cli import __version__
-
-
-def _plain_help_option(option: typer.core.TyperOption | None) -> typer.core.TyperOption | None:
-    """``--help`` without a type column: typer 0.29 labels it ``<bool>``."""
-    if option is not None:
-        option.metavar = ""
-    return option
-
-
-class _Command(TyperCommand):
-    def get_help_option(self, ctx):  # type: ignore[override]
-        return _plain_help_option(super().get_help_option(ctx))
-
-
-class _Group(TyperGroup):
-    def get_help_option(self, ctx):  # type: ignore[override]
-        return _plain_help_option(super().get_help_option(ctx))
-
+from adapld_cli.cli.helpfmt import PlainHelpCommand, PlainHelpGroup
 
 app = typer.Typer(
     name="adapld",
@@ -42,7 +25,7 @@ app = typer.Typer(
     ),
     no_args_is_help=True,
     add_completion=False,
-    cls=_Group,
+    cls=PlainHelpGroup,
     pretty_exceptions_enable=False,
     rich_markup_mode="rich" if not os.environ.get("NO_COLOR") else None,
 )
@@ -87,12 +70,12 @@ def _plain_help(typer_app: typer.Typer) -> None:
     """Give every command and sub-group registered on ``typer_app`` the plain ``--help``."""
     for command in typer_app.registered_commands:
         if _default(command.cls) in (None, TyperCommand):
-            command.cls = _Command
+            command.cls = PlainHelpCommand
     for group in typer_app.registered_groups:
         sub = group.typer_instance
         if sub is not None:
             if _default(group.cls) in (None, TyperGroup):
-                group.cls = _Group
+                group.cls = PlainHelpGroup
             _plain_help(sub)
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from typer.core import TyperArgument, TyperCommand, TyperOption
+from typer.core import TyperArgument, TyperCommand, TyperGroup, TyperOption
 
 _TYPE_NAMES = {int: "INTEGER", float: "FLOAT"}
 
@@ -50,3 +50,13 @@ class PlainHelpCommand(TyperCommand):
             elif type(param) is TyperArgument:
                 param.__class__ = _PlainArgument
         return params
+
+
+class PlainHelpGroup(TyperGroup):
+    """A Typer group whose ``--help`` option shows no ``<bool>`` type label."""
+
+    def get_help_option(self, ctx: Any) -> Any:
+        option = super().get_help_option(ctx)
+        if option is not None:
+            option.metavar = ""
+        return option

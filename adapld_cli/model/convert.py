@@ -22,7 +22,9 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Callable
+from collections import deque
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -85,6 +87,58 @@ def _is_quantized(ggml_type: Any) -> bool:
     return ggml_type not in (Q.F32, Q.F16, Q.BF16, Q.F64)
 
 
+@contextmanager
+def _one_reader(gguf: Path) -> Iterator[Any]:
+    """Open ``gguf`` once and hand that reader (and its parsed metadata) to transformers too.
+
+    Opening a GGUF parses every tokenizer entry, slicing a ``numpy.memmap`` hundreds of
+    thousands of times (~8 s for a 151k vocabulary, more on a busy machine); reading config
+    and tokenizer through transformers would do that three times. Here it happens once, on a
+    plain ``ndarray`` view of the mapping (~4x faster slicing, same bytes), and transformers'
+    metadata parse is reused for the same path.
+    """
+    import copy
+
+    import gguf as gguf_package
+    import numpy as np
+    import transformers.modeling_gguf_pytorch_utils as hf_gguf
+
+    real_memmap, real_reader, real_parse = (
+        np.memmap,
+        gguf_package.GGUFReader,
+        (hf_gguf.load_gguf_checkpoint),
+    )
+
+    def plain(*args: Any, **kwargs: Any) -> Any:
+        return real_memmap(*args, **kwargs).view(np.ndarray)
+
+    np.memmap = plain  # only while the reader is built; restored just below
+    try:
+        reader = real_reader(str(gguf))
+    finally:
+        np.memmap = real_memmap
+    wanted = os.path.realpath(gguf)
+    parsed: dict[str, Any] = {}
+
+    def shared(path: Any, *args: Any, **kwargs: Any) -> Any:
+        if not args and not kwargs and os.path.realpath(path) == wanted:
+            return reader
+        return real_reader(path, *args, **kwargs)
+
+    def parse_once(path: Any, return_tensors: bool = False, **kwargs: Any) -> Any:
+        if return_tensors or kwargs or os.path.realpath(path) != wanted:
+            return real_parse(path, return_tensors=return_tensors, **kwargs)
+        if "value" not in parsed:
+            parsed["value"] = real_parse(path)
+        return copy.deepcopy(parsed["value"])
+
+    gguf_package.GGUFReader, hf_gguf.load_gguf_checkpoint = shared, parse_once
+    try:
+        yield reader
+    finally:
+        gguf_package.GGUFReader, hf_gguf.load_gguf_checkpoint = real_reader, real_parse
+
+
 def _config_and_tokenizer(gguf: Path) -> tuple[Any, Any]:
     """The transformers config and tokenizer stored in a GGUF file's metadata (no weights)."""
     from transformers import AutoConfig, AutoTokenizer
@@ -99,6 +153,7 @@ def _config_and_tokenizer(gguf: Path) -> tuple[Any, Any]:
 def _name_map(config: Any, architecture: str) -> tuple[dict[str, str], Any, set[str]]:
     """GGUF tensor name -> transformers parameter name, the tensor processor, expected names."""
     import torch
+    from gguf import MODEL_ARCH_NAMES, get_tensor_name_map
     from transformers import AutoModelForCausalLM
     from transformers.modeling_gguf_pytorch_utils import (
         TENSOR_PROCESSORS,
@@ -109,20 +164,30 @@ def _name_map(config: Any, architecture: str) -> tuple[dict[str, str], Any, set[
     with torch.device("meta"):
         skeleton = AutoModelForCausalLM.from_config(config)
     processor = TENSOR_PROCESSORS.get(architecture, TensorProcessor)(config=config.to_dict())
-    mapping = get_gguf_hf_weights_map(skeleton, processor)
     expected = set(skeleton.state_dict())
     if getattr(config, "tie_word_embeddings", False):
         expected.discard("lm_head.weight")
+    # One level of gguf's name map covers the common decoder layouts quickly; transformers'
+    # recursive search (slow: it rebuilds the map per sub-module) handles the rest.
+    arch = next((k for k, v in MODEL_ARCH_NAMES.items() if v == architecture), None)
+    mapping: dict[str, str] = {}
+    if arch is not None and type(processor) is TensorProcessor:
+        names = get_tensor_name_map(arch, config.num_hidden_layers)
+        for hf_name in expected:
+            base, _, suffix = hf_name.rpartition(".")
+            gguf_name = names.get_name(base)
+            if gguf_name is not None:
+                mapping[f"{gguf_name}.{suffix}"] = hf_name
+    if not expected <= set(mapping.values()):
+        mapping = get_gguf_hf_weights_map(skeleton, processor)
     return mapping, processor, expected
 
 
-def _write_weights(gguf: Path, out: Path, config: Any, progress: bool) -> None:
+def _write_weights(gguf: Path, reader: Any, out: Path, config: Any, progress: bool) -> None:
     """Dequantise tensor by tensor straight into ``out``/model.safetensors (see module doc)."""
     import numpy as np
     import torch
-    from gguf import GGUFReader, dequantize
 
-    reader = GGUFReader(str(gguf))
     arch_field = reader.fields.get("general.architecture")
     architecture = bytes(arch_field.parts[arch_field.data[0]]).decode() if arch_field else ""
     mapping, processor, expected = _name_map(config, architecture)
@@ -137,8 +202,7 @@ def _write_weights(gguf: Path, out: Path, config: Any, progress: bool) -> None:
     with step(progress, "Converting the model (one time)", total=total) as advance:
         writer = StreamWriter(out / WEIGHTS, len(order))
         try:
-            for tensor in order:
-                weights = dequantize(tensor.data, tensor.tensor_type)
+            for tensor, weights in _dequantized(order):
                 result = processor.process(
                     weights=weights,
                     name=tensor.name,
@@ -168,6 +232,26 @@ def _write_weights(gguf: Path, out: Path, config: Any, progress: bool) -> None:
     missing = sorted(expected - written)
     if missing:
         raise ModelError(f"GGUF file {gguf.name} lacks weights for {', '.join(missing[:3])}")
+
+
+def _dequantized(tensors: list[Any]) -> Iterator[tuple[Any, Any]]:
+    """(tensor, float32 array) in order; up to two tensors dequantised at once in threads
+    (numpy releases the GIL), so memory holds at most three dequantised tensors."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from gguf import dequantize
+
+    workers = max(1, min(2, os.cpu_count() or 1))
+    with ThreadPoolExecutor(workers) as pool:
+        pending: deque[tuple[Any, Any]] = deque()
+        for tensor in tensors:
+            pending.append((tensor, pool.submit(dequantize, tensor.data, tensor.tensor_type)))
+            if len(pending) > workers:
+                done, future = pending.popleft()
+                yield done, future.result()
+        while pending:
+            done, future = pending.popleft()
+            yield done, future.result()
 
 
 def _packable_embedding(reader: Any, mapping: dict[str, str], config: Any) -> str | None:
@@ -229,9 +313,10 @@ def _write_cache(gguf: Path, out: Path, progress: bool) -> None:
     """Config, tokenizer, generation config and weights of ``gguf`` into the folder ``out``."""
     from transformers import GenerationConfig
 
-    config, tokenizer = _config_and_tokenizer(gguf)
-    config.dtype = "bfloat16"
-    _write_weights(gguf, out, config, progress)
+    with _one_reader(gguf) as reader:
+        config, tokenizer = _config_and_tokenizer(gguf)
+        config.dtype = "bfloat16"
+        _write_weights(gguf, reader, out, config, progress)
     config.save_pretrained(out)
     tokenizer.save_pretrained(out)
     generation = GenerationConfig.from_model_config(config)

@@ -60,7 +60,10 @@ def in_use(folder: Path) -> bool:
     """Whether another process holds ``<folder>.lock`` (converting or assembling now)."""
     from filelock import FileLock, Timeout
 
-    lock = FileLock(str(folder) + ".lock", timeout=0)
+    path = Path(str(folder) + ".lock")
+    if not path.exists():  # nobody ever locked it: do not create the lock file here
+        return False
+    lock = FileLock(str(path), timeout=0)
     try:
         with lock:
             return False
@@ -98,6 +101,7 @@ def remove_obsolete(
         if not dry_run:
             if entry.is_dir():
                 shutil.rmtree(entry, ignore_errors=True)
+                Path(str(entry) + ".lock").unlink(missing_ok=True)
             else:
                 entry.unlink(missing_ok=True)
         removed.append((entry, size))

@@ -201,7 +201,8 @@ def clean(dry_run: bool = False) -> list[tuple[Path, int]]:
         for entry in sorted(folder.iterdir()):
             name = entry.name.split(".tmp")[0].lstrip(".").rsplit(".gguf", 1)[0] + ".gguf"
             target = targets.get(name)
-            if entry.is_file() and (target is None or not in_use(target)):
+            current_lock = target is not None and entry.name == f"{name}.lock"
+            if entry.is_file() and not current_lock and (target is None or not in_use(target)):
                 removed.append((entry, entry.stat().st_size))
                 if not dry_run:
                     entry.unlink(missing_ok=True)

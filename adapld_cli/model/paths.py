@@ -61,6 +61,7 @@ class EmbeddedModel:
     sha256: str
     parts: tuple[EmbeddedPart, ...]
     summary: str
+    extra: str = ""  # the adapld extra that installs the parts ("" = main dependencies)
 
 
 def _parts(
@@ -96,6 +97,7 @@ CODER_05B = EmbeddedModel(
         ),
     ),
     summary="small and ~3x faster per step; for quick demos and tests",
+    extra="small",
 )
 
 _PART = 52_428_800

@@ -165,24 +165,42 @@ def source_file(tmp_path) -> Path:
     return path
 
 
+# The embedded model most real-model tests run on: ~3x faster per step than the default.
+TEST_MODEL = "coder-0.5b"
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers",
+        "default_model: a real-model test that runs on the default embedded model (coder-1.5b) "
+        f"instead of {TEST_MODEL}",
+    )
+
+
 @pytest.fixture(autouse=True)
 def _clean_env(request, monkeypatch, tmp_path_factory):
     """No colour, CI or pre-commit state leaking in. Tests not marked ``real`` also get an
     empty model cache (``ADAPLD_HOME``), so nothing reaches the user's converted model; real
-    tests keep the user's cache (converting the embedded model takes about a minute)."""
+    tests keep the user's cache (converting an embedded model takes about a minute) and run on
+    ``coder-0.5b`` (``ADAPLD_MODEL``, inherited by subprocesses) unless marked
+    ``default_model``, which leaves the default (``coder-1.5b``) in charge."""
     for var in ("PRE_COMMIT", "CI", "NO_COLOR", "ADAPLD_MODEL", "FORCE_COLOR"):
         monkeypatch.delenv(var, raising=False)
-    if request.node.get_closest_marker("real") is None and "ADAPLD_HOME" not in os.environ:
+    real = request.node.get_closest_marker("real") is not None
+    if not real and "ADAPLD_HOME" not in os.environ:
         monkeypatch.setenv("ADAPLD_HOME", str(tmp_path_factory.getbasetemp() / "adapld-home"))
+    if real and request.node.get_closest_marker("default_model") is None:
+        monkeypatch.setenv("ADAPLD_MODEL", TEST_MODEL)
 
 
 @pytest.fixture(scope="session")
 def embedded():
-    """The embedded pretrained model, loaded once per session from the user's cache, offline."""
+    """The embedded ``coder-0.5b`` model, loaded once per session from the user's cache,
+    offline."""
     from adapld_cli.model import load
 
     with pytest.MonkeyPatch.context() as mp:
         mp.delenv("ADAPLD_MODEL", raising=False)
         mp.setenv("HF_HUB_OFFLINE", "1")
         mp.setenv("TRANSFORMERS_OFFLINE", "1")
-        yield load(device="cpu")
+        yield load(TEST_MODEL, device="cpu")

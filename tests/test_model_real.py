@@ -1,10 +1,14 @@
-"""The embedded pretrained model, for real (slow: `-m real` runs them, `-m "not real"` skips).
+"""The embedded pretrained models, for real (slow: `-m real` runs them, `-m "not real"` skips).
 
-Uses the user's model cache (``$ADAPLD_HOME`` or ``~/.cache/adapld``) rather than the test
-suite's temp home, so the one-time conversion (~1.5 min) is shared with normal use.
+Most run on ``coder-0.5b`` (the ``embedded`` fixture); the ``default_model`` ones run the
+README's first command on the default ``coder-1.5b``. They use the user's model cache
+(``$ADAPLD_HOME`` or ``~/.cache/adapld``) rather than the test suite's temp home, so the
+one-time conversion (under a minute per model) is shared with normal use.
 """
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 
@@ -22,7 +26,7 @@ CODE = (
 
 
 def test_embedded_model_loads_offline(embedded):
-    assert embedded.source == "embedded"
+    assert (embedded.source, embedded.name) == ("embedded", "coder-0.5b")
     assert (embedded.device, embedded.dtype) == ("cpu", "float32")
     assert not embedded.model.training
     config = embedded.model.config
@@ -53,3 +57,46 @@ def test_chat_template_and_short_greedy_generation(embedded):
     assert 0 < len(new) <= 6
     assert tok.decode(new, skip_special_tokens=True).strip()
     assert tok.eos_token == "<|im_end|>"
+
+
+ROOT = Path(__file__).resolve().parents[1]
+README_INSTRUCTION = "Rename the method total_value to value and update every call"
+
+
+@pytest.mark.default_model
+def test_readme_first_command_renames_with_the_default_model():
+    """``adapld edit adapld_cli/data/inventory.py -i "Rename the method total_value to value and
+    update every call" --diff`` in a fresh process (as typed, from the repository root): the
+    default model renames both methods and both calls, and nothing is written."""
+    import os
+    import subprocess
+    import sys
+
+    from adapld_cli.model import model_info
+
+    inventory = ROOT / "adapld_cli" / "data" / "inventory.py"
+    before = inventory.read_bytes()
+    entry = "from adapld_cli.cli.app import main; main()"
+    argv = ["edit", "adapld_cli/data/inventory.py", "-i", README_INSTRUCTION, "--diff"]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    result = subprocess.run(
+        [sys.executable, "-c", entry, *argv],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=1200,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert inventory.read_bytes() == before  # --diff writes nothing
+    lines = result.stdout.splitlines()
+    assert lines[:2] == ["--- a/adapld_cli/data/inventory.py", "+++ b/adapld_cli/data/inventory.py"]
+    removed = [ln[1:] for ln in lines[2:] if ln.startswith("-")]
+    added = [ln[1:] for ln in lines[2:] if ln.startswith("+")]
+    assert sum("total_value" in ln for ln in removed) == 4  # 2 definitions, 2 calls
+    assert not any("total_value" in ln for ln in added)
+    assert [ln.strip() for ln in added] == [
+        "def value(self) -> float:",
+        "def value(self) -> float:",
+        "return sum(item.value() for item in self.items.values())",
+        'lines = [f"{len(inventory.items)} products, worth {inventory.value():.2f}"]',
+    ]
+    assert len(added) == len(removed)  # only those lines changed
+    info = model_info()
+    assert (info["name"], info["state"]) == ("coder-1.5b", "ready")

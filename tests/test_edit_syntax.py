@@ -85,3 +85,14 @@ def test_enclosing_definition():
     defs = outline(code, "python")
     assert enclosing_definition(defs, 3).name == "A.m"
     assert enclosing_definition(defs, 1).name == "A"
+
+
+def test_python_compile_errors_tree_sitter_accepts() -> None:
+    """A ``from __future__`` import below other code parses for tree-sitter, not for CPython
+    (a real 0.5B edit put ``import logging`` first)."""
+    bad = "import logging\nfrom __future__ import annotations\n\nx = 1\n"
+    issue = first_syntax_error(bad, "python")
+    assert issue is not None and issue.line == 2 and "__future__" in issue.message
+    assert (
+        first_syntax_error("from __future__ import annotations\nimport logging\n", "python") is None
+    )

@@ -140,10 +140,14 @@ class SyntaxIssue:
 
 def first_syntax_error(text: str, lang: str | None) -> SyntaxIssue | None:
     """First syntax error in ``text`` (document order), ``None`` if it parses cleanly or
-    when the language has no grammar."""
+    when the language has no grammar. Python that tree-sitter accepts is also compiled:
+    CPython rejects more (a ``from __future__`` import below other code, ``return`` outside
+    a function, ...)."""
     tree = parse(text, lang)
-    if tree is None or not tree.root_node.has_error:
+    if tree is None:
         return None
+    if not tree.root_node.has_error:
+        return _python_compile_error(text) if lang == "python" else None
     stack = [tree.root_node]
     while stack:
         node = stack.pop()
@@ -157,6 +161,17 @@ def first_syntax_error(text: str, lang: str | None) -> SyntaxIssue | None:
             return _issue(node, f"syntax error near {first!r}" if first else "syntax error")
         stack.extend(reversed([c for c in node.children if c.has_error or c.is_missing]))
     return _issue(tree.root_node, "syntax error")
+
+
+def _python_compile_error(text: str) -> SyntaxIssue | None:
+    """CPython's own verdict on ``text`` (compiled, never run)."""
+    try:
+        compile(text, "<edited>", "exec", dont_inherit=True)
+    except SyntaxError as exc:
+        return SyntaxIssue(line=exc.lineno or 1, column=exc.offset or 1, message=exc.msg)
+    except (ValueError, RecursionError, MemoryError):  # NUL bytes, absurd nesting
+        return None
+    return None
 
 
 def _issue(node: Any, message: str) -> SyntaxIssue:

@@ -90,4 +90,7 @@ _plain_help(app)
 
 def main() -> None:
     """Console-script entry point."""
+    from adapld_cli.edit.interrupt import ignore_after_run
+
+    ignore_after_run()
     app()

@@ -257,10 +257,11 @@ def edit(
         )
         with Signals() as signals:
             report = run_edit(config, view, signals=signals)
+            with signals.deferred():  # decided: a late signal changes neither lines nor code
+                view.summary(report)
     except EditError as exc:
         view.error(str(exc))
         raise typer.Exit(exc.exit_code) from None
-    view.summary(report)
     raise typer.Exit(report.exit_code)
 
 

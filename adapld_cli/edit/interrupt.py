@@ -7,7 +7,10 @@ both. Inside ``with signals.deferred():`` a signal is only recorded; :meth:`Sign
 raises it (call it just before the point of no return), and once the block is left the
 pending signal stays in :attr:`Signals.pending` for the caller to stop the run. So a file that
 was written is reported as written whatever arrives after it. Previous handlers are restored
-on exit.
+on exit — except in the `adapld` process itself (:func:`ignore_after_run`, called by the
+console-script entry point), where leaving the block means the outcome is decided and only
+the exit remains: a signal then is ignored, so it can neither kill the process (-2/-15) nor
+turn a written file's exit code into 130/143.
 """
 
 from __future__ import annotations
@@ -22,6 +25,14 @@ from typing import Any
 from adapld_cli.edit.errors import EXIT_INTERRUPTED, EXIT_TERMINATED
 
 _CODES = {signal.SIGINT: EXIT_INTERRUPTED, signal.SIGTERM: EXIT_TERMINATED}
+_ignore_after_run = False
+
+
+def ignore_after_run() -> None:
+    """Once a ``with Signals():`` block is left, ignore SIGINT/SIGTERM until the process exits
+    (for the console-script process only; in-process callers such as tests keep handlers)."""
+    global _ignore_after_run
+    _ignore_after_run = True
 
 
 class Interrupted(KeyboardInterrupt):
@@ -60,7 +71,7 @@ class Signals:
 
     def __exit__(self, *exc: object) -> None:
         for signum, handler in self._saved.items():
-            signal.signal(signum, handler)
+            signal.signal(signum, signal.SIG_IGN if _ignore_after_run else handler)
         self._saved.clear()
 
     def _handle(self, signum: int, _frame: FrameType | None) -> None:

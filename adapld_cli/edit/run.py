@@ -100,7 +100,8 @@ def run_edit(
         view.error(f"{describe(exc)}; nothing written")
         run.report.fail(exit_code_of(exc))
     finally:
-        run.stats_problem(stats.close())
+        with run.signals.deferred():  # the files' outcomes are decided: report them as they are
+            run.stats_problem(stats.close())
     return run.report
 
 

@@ -121,8 +121,10 @@ def _run_line(info: Any) -> str:
 def _print_report(report: Any) -> None:
     for outcome in report.outcomes:
         status = outcome.status if outcome.ok else _LEFT_ALONE
+        if outcome.status == "already":  # "already holds the original", "gone, as before..."
+            status = outcome.detail or "already holds the original"
         line = f"{_shown(outcome.path)}: {status}"
-        if outcome.detail:
+        if outcome.detail and outcome.status != "already":
             line += f" — {outcome.detail}"
         typer.echo(line, err=True)
     info = report.run

@@ -182,8 +182,14 @@ class UndoReport:
         return 0 if self.left_alone == 0 else 1
 
     def summary(self) -> str:
-        text = f"{self.restored} restored"
-        return text + (f", {self.left_alone} left alone" if self.left_alone else "")
+        """``2 restored, 1 already as before, 1 left alone`` (zero counts omitted)."""
+        already = sum(o.status == "already" for o in self.outcomes)
+        parts = [
+            (self.restored - already, "restored"),
+            (already, "already as before"),
+            (self.left_alone, "left alone"),
+        ]
+        return ", ".join(f"{n} {what}" for n, what in parts if n) or "nothing to restore"
 
 
 class Journal:

@@ -100,7 +100,7 @@ class ModelRunner:
         first = next(model.parameters())
         self.device, self.dtype = first.device, first.dtype
         self.softcap = getattr(config, "final_logit_softcapping", None)
-        self.vocab_size = lm_head.weight.shape[0]
+        self.vocab_size = getattr(lm_head, "out_features", None) or lm_head.weight.shape[0]
         self._captured: torch.Tensor | None = None
         self._hook = None
         if want_hidden:

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from adapld_cli.model import kernels
 from adapld_cli.model.assemble import (
     assemble,
     find_embedded_part,
@@ -349,6 +350,7 @@ def load(
             reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
             raise ModelError(f"cannot load model {target.spec}: {reason}") from exc
     model.eval()
+    kernels.apply(model)  # prepacked, batch-invariant CPU kernels ($ADAPLD_KERNELS=stock: off)
     path = ref if folder is not None else str(getattr(model, "name_or_path", ref))
     if hub:
         path = str(_hub_cached(target.spec) or path)

@@ -27,7 +27,8 @@ def _env(monkeypatch):
 
 def tree_vs_sequential(model, prefix: list[int], tokens: list[int], parents: list[int]):
     """Logits of one tree pass over ``tokens`` (after ``prefix``) vs each node's logits from
-    feeding its root path one token at a time. Returns ``(rows bitwise equal, max |diff|)``."""
+    plain decoding of its root path, one token per pass (each node fed once: the cache is
+    rolled back to the branch point). Returns ``(rows bitwise equal, max |diff|)``."""
     runner = ModelRunner(model, hidden_layer=None, want_hidden=False)
     runner.prefill(prefix, 0)
     past = runner.cache_len
@@ -37,15 +38,14 @@ def tree_vs_sequential(model, prefix: list[int], tokens: list[int], parents: lis
     mask = tree_mask(parents, past, runner.dtype, runner.device)
     batch = runner.step(tokens, depths, mask).logits.rows(list(range(len(tokens))))
     runner.keep(past, [])
+    fed: list[int] = []  # nodes whose tokens are in the cache after the prefix, root first
     equal, worst = 0, 0.0
     for i in range(len(tokens)):
-        path, j = [], i
-        while j >= 0:
-            path.append(j)
-            j = parents[j]
-        for j in reversed(path):
-            row = runner.step([tokens[j]], None, None).logits.row(0)
-        runner.keep(past, [])
+        while fed and fed[-1] != parents[i]:  # parents precede children: roll back
+            fed.pop()
+        runner.keep(past, list(range(len(fed))))
+        row = runner.step([tokens[i]], None, None).logits.row(0)
+        fed.append(i)
         equal += int(torch.equal(row, batch[i]))
         worst = max(worst, (row.float() - batch[i].float()).abs().max().item())
     return equal, worst

@@ -1,7 +1,7 @@
 """The engine on the embedded pretrained model (slow: marked real): a draft tree's rows equal
 plain decoding's bit for bit in float32 and bfloat16 (batch-invariant kernels), and greedy
-AdaPLD output equals plain greedy decoding (and transformers' ``generate``) token for token on a real edit prompt, in far
-fewer forward passes, in the default dtype."""
+AdaPLD output equals plain greedy decoding (and transformers' ``generate``) token for token
+on a real edit prompt, in far fewer forward passes, in the default dtype."""
 
 from __future__ import annotations
 

@@ -256,9 +256,10 @@ def exact_attention(
     Shapes as transformers' attention interface: ``query [1, H, n, d]``, ``key`` / ``value``
     ``[1, KV, s, d]`` (cache included), output ``[1, n, H, d]``. Each query runs the very ops
     of a single-token step with the same shapes: scores over exactly the keys it attends
-    (a prefix slice of the cache, or a gather for a tree branch), float32 softmax, weighted
-    sum. Batches, long passes (over :data:`EXACT_MAX_QUERIES`), sliding windows, soft-capping
-    and non-binary masks fall back to transformers' sdpa attention.
+    (a prefix slice of the cache, or a gather for a tree branch), softmax, weighted sum, all
+    in float32 for half-precision models (one rounding of the output). Batches, long passes
+    (over :data:`EXACT_MAX_QUERIES`), sliding windows, soft-capping and non-binary masks
+    fall back to transformers' sdpa attention.
     """
     import torch
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
@@ -281,15 +282,19 @@ def exact_attention(
         )
     scale = d**-0.5 if scaling is None else scaling
     g = h // kv
-    out = torch.empty(1, n, h, d, dtype=query.dtype, device=query.device)
-    keys, values = key[0], value[0]  # [KV, s, d]
+    # half-precision matmuls of these tiny shapes cost more in dispatch than in arithmetic:
+    # run them in float32 (bf16 products are exact in float32), round the output once
+    work = torch.float32 if query.dtype in (torch.bfloat16, torch.float16) else query.dtype
+    out = torch.empty(1, n, h, d, dtype=work, device=query.device)
+    keys, values = key[0].to(work), value[0].to(work)  # [KV, s, d]
+    queries = query[0].to(work)  # [H, n, d]
     for i, sel in enumerate(plan):
-        q = query[0, :, i, :].reshape(kv, g, d).contiguous()  # [KV, G, d]
+        q = queries[:, i, :].reshape(kv, g, d).contiguous()  # [KV, G, d]
         if isinstance(sel, int):
             k, v = keys[:, :sel], values[:, :sel]  # [KV, L, d]
         else:
             k, v = keys.index_select(1, sel), values.index_select(1, sel)
         scores = torch.matmul(q, k.transpose(1, 2)).mul_(scale)  # [KV, G, L]
-        probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(query.dtype)
+        probs = torch.softmax(scores, dim=-1)
         out[0, i] = torch.matmul(probs, v).reshape(h, d)  # [KV, G, d] -> [H, d]
-    return out, None
+    return out.to(query.dtype), None

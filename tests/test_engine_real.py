@@ -1,11 +1,15 @@
-"""The engine on the embedded pretrained model: AdaPLD output equals transformers' own
-greedy ``generate`` on a real edit prompt, in far fewer forward passes (slow: marked real)."""
+"""The engine on the embedded pretrained model (slow: marked real): a draft tree's rows equal
+plain decoding's bit for bit in float32 and bfloat16 (batch-invariant kernels), and greedy
+AdaPLD output equals plain greedy decoding (and transformers' ``generate``) token for token
+on a real edit prompt, in far fewer forward passes, in the default dtype."""
 
 from __future__ import annotations
 
 import pytest
+import torch
 
 from adapld_cli.engine import AdaPLDSettings, GenerationConfig, generate
+from tests.test_kernels import PARENTS, tree_vs_sequential
 
 pytestmark = pytest.mark.real
 
@@ -22,9 +26,22 @@ def describe(radius: float) -> str:
 '''
 
 
-def test_adapld_matches_transformers_generate(embedded):
-    import torch
+def test_tree_rows_bitwise_equal_plain_decoding_fp32_bf16(embedded):
+    from adapld_cli.model import load
 
+    gen = torch.Generator().manual_seed(0)
+    prefix = torch.randint(0, 20000, (300,), generator=gen).tolist()
+    tokens = torch.randint(0, 20000, (len(PARENTS),), generator=gen).tolist()
+    models = {embedded.dtype: embedded.model}
+    for dtype in ("float32", "bfloat16"):
+        model = models.get(dtype) or load(device="cpu", dtype=dtype).model
+        if model.adapld_kernels != "exact":
+            pytest.skip(f"batch-invariant kernels not in effect ({model.adapld_kernels})")
+        assert tree_vs_sequential(model, prefix, tokens, PARENTS) == (len(PARENTS), 0.0), dtype
+        del model
+
+
+def test_adapld_matches_plain_decoding(embedded):
     from adapld_cli.edit.prompt import build_prompt, load_template
 
     model, tok = embedded.model, embedded.tokenizer
@@ -38,14 +55,15 @@ def test_adapld_matches_transformers_generate(embedded):
     )
     n = 110
     with torch.inference_mode():
-        ref = model.generate(
+        hf = model.generate(
             torch.tensor([prompt.ids]),
             attention_mask=torch.ones(1, len(prompt.ids), dtype=torch.long),
             do_sample=False,
             max_new_tokens=n,
         )
-    ref = ref[0, len(prompt.ids) :].tolist()
     config = GenerationConfig(max_new_tokens=n)
+    ref = generate(model, prompt.ids, config, "ar").tokens
+    assert ref == hf[0, len(prompt.ids) :].tolist()  # plain decoding is transformers' greedy
     out = generate(model, prompt.ids, config, "adapld")
     assert out.tokens == ref
     assert "circle_area" in tok.decode(out.tokens)

@@ -12,10 +12,9 @@ from __future__ import annotations
 
 import inspect
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    import torch
+import torch
 
 
 class UnsupportedModelError(Exception):
@@ -37,8 +36,6 @@ class LazyLogits:
 
     def _get(self, b: int) -> torch.Tensor:
         if b not in self._blocks:
-            import torch
-
             with torch.inference_mode():
                 rows = self._last[b * self._block : (b + 1) * self._block]
                 self._blocks[b] = self._runner.logits(rows)
@@ -56,8 +53,6 @@ class LazyLogits:
 
     def rows(self, idx: list[int]) -> torch.Tensor:
         """Logits ``[len(idx), vocab]`` of the given nodes."""
-        import torch
-
         return torch.stack([self.row(i) for i in idx])
 
 
@@ -100,8 +95,9 @@ class ModelRunner:
         first = next(model.parameters())
         self.device, self.dtype = first.device, first.dtype
         self.softcap = getattr(config, "final_logit_softcapping", None)
-        self.vocab_size = lm_head.weight.shape[0]
+        self.vocab_size = getattr(lm_head, "out_features", None) or lm_head.weight.shape[0]
         self._captured: torch.Tensor | None = None
+        self._final: torch.Tensor | None = None  # [capacity, H] final hidden state per position
         self._hook = None
         if want_hidden:
             layers = _decoder_layers(base)
@@ -141,8 +137,6 @@ class ModelRunner:
         return self.cache.get_seq_length()
 
     def _run(self, ids: list[int], start: int, positions: list[int] | None, mask: Any) -> Any:
-        import torch
-
         input_ids = torch.tensor([ids], device=self.device)
         if positions is None:
             pos = torch.arange(start, start + len(ids), device=self.device)[None]
@@ -160,22 +154,39 @@ class ModelRunner:
 
     def logits(self, last_hidden: torch.Tensor) -> torch.Tensor:
         """LM-head logits for final hidden states ``[n, H]`` -> ``[n, vocab]``."""
-        import torch
-
         logits = self.lm_head(last_hidden)
         if self.softcap:
             logits = torch.tanh(logits / self.softcap) * self.softcap
         return logits
 
+    def _store_final(self, start: int, last: torch.Tensor) -> None:
+        """Keep the final hidden states ``last [n, H]`` of positions ``start ..`` (call in
+        inference mode)."""
+        end = start + last.shape[0]
+        if self._final is None or self._final.shape[0] < end:
+            size = (max(end, 2 * start, 1024), last.shape[1])
+            grown = torch.empty(size, dtype=last.dtype, device=last.device)
+            if self._final is not None:
+                grown[:start] = self._final[:start]
+            self._final = grown
+        self._final[start:end] = last
+
+    def topk_at(self, positions: list[int], k: int) -> torch.Tensor:
+        """Top-``k`` next-token ids ``[len(positions), k]`` predicted at cached positions, from
+        their kept final hidden states: one LM-head pass over those rows only."""
+        assert self._final is not None and max(positions) < self.cache_len
+        with torch.inference_mode():
+            rows = self._final[torch.tensor(positions, device=self._final.device)]
+            return self.logits(rows).topk(k, dim=-1).indices
+
     def step(self, ids: list[int], depths: list[int] | None, mask: Any) -> PassOutput:
         """Feed ``ids`` after the cache. ``depths`` (None = a chain) give positions
         ``cache_len + depth``; ``mask`` is a 4D additive mask or None for causal."""
-        import torch
-
         start = self.cache_len
         positions = None if depths is None else [start + d for d in depths]
         with torch.inference_mode():
             last = self._run(ids, start, positions, mask)
+            self._store_final(start, last)
         hidden = None if self._captured is None else self._captured[0]
         return PassOutput(logits=LazyLogits(self, last), hidden=hidden)
 
@@ -184,13 +195,14 @@ class ModelRunner:
 
         Returns ``(hidden [n, H] or None, topk [n, top_k] or None)``: the hooked layer's
         states and each position's top-K next-token ids, computed per chunk of positions.
+        The final hidden states are kept either way, for :meth:`topk_at`.
         """
-        import torch
-
         hiddens, topks = [], []
         with torch.inference_mode():
             for s in range(0, len(ids), chunk):
-                last = self._run(ids[s : s + chunk], self.cache_len, None, None)
+                start = self.cache_len
+                last = self._run(ids[s : s + chunk], start, None, None)
+                self._store_final(start, last)
                 if self._captured is not None:
                     hiddens.append(self._captured[0])
                 if top_k:
@@ -210,9 +222,10 @@ class ModelRunner:
             if drop > 0:  # guard: crop(0) is a no-op in 5.x but meant "keep 0" in 4.x
                 self.cache.crop(-drop)
             return
-        import torch
-
         sel = torch.tensor(idx, device=self.device) + prefix_len
+        if self._final is not None:
+            with torch.inference_mode():
+                self._final[prefix_len:new_len] = self._final.index_select(0, sel)
         for layer in self.cache.layers:
             for name in ("keys", "values"):
                 t = getattr(layer, name)

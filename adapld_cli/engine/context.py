@@ -4,16 +4,32 @@
 yet fed to the model), and per fed position ``j`` the L2-normalised hidden state ``h[j]`` of
 the hooked layer and the model's top-K next-token ids ``topk[j]``. Everything is recorded
 from passes the engine ran anyway; drafters only read it.
+
+Prompt positions get no top-K at prefill on a CPU (an LM-head pass over the whole prompt
+costs ~40% of prefill): their row holds the token that followed them. With a predictor
+attached (:meth:`attach`, the model runner), :meth:`topk_rows` computes a position's real
+top-K on demand from its cached final hidden state (one LM-head row), caches it, and times
+it so drafters can weigh a lookup against what it may gain (:meth:`lookup_ratio`).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+import time
+from typing import Any, Protocol
+
+import torch
 
 from adapld_cli.engine.cost import CostModel
 
-if TYPE_CHECKING:
-    import torch
+# cost of one on-demand top-K lookup in single decode steps, before one was timed: on a CPU
+# the LM head is about a quarter of a small model's weights; on a GPU a row is nearly free
+LOOKUP_PRIOR = {"cpu": 0.25, "cuda": 0.02}
+
+
+class Predictor(Protocol):
+    def topk_at(self, positions: list[int], k: int) -> torch.Tensor:
+        """Top-``k`` next-token ids ``[len(positions), k]`` at cached positions."""
+        ...
 
 
 class Context:
@@ -28,11 +44,10 @@ class Context:
         device: Any,
         cost: CostModel,
     ) -> None:
-        import torch
-
         self.tokens: list[int] = list(prompt)
         self.prompt_len = len(prompt)
         self.cost = cost
+        self.device_type = torch.device(device).type
         self.hidden: torch.Tensor | None = (
             torch.zeros(capacity, hidden_size, dtype=torch.float32, device=device)
             if hidden_size
@@ -41,6 +56,14 @@ class Context:
         self.topk: torch.Tensor | None = (
             torch.zeros(capacity, top_k, dtype=torch.long, device=device) if top_k else None
         )
+        self.known = bytearray(capacity if top_k else 0)  # 1: topk[j] is the model's top-K
+        self.predictor: Predictor | None = None
+        self.lookups = 0  # on-demand lookups run (each one LM-head pass over a few rows)
+        self.lookup_s = 0.0  # decaying mean seconds of one lookup (0 = none timed yet)
+
+    def attach(self, predictor: Predictor) -> None:
+        """Compute missing top-K rows on demand with ``predictor`` (see :meth:`topk_rows`)."""
+        self.predictor = predictor
 
     @property
     def pending(self) -> int:
@@ -54,19 +77,48 @@ class Context:
     def observed_topk(self, end: int) -> None:
         """For positions ``< end`` without computed predictions: the token that followed
         each one stands as its only top-K entry (the others are -1)."""
-        import torch
-
         if self.topk is None or end <= 0:
             return
         self.topk[:end, 0] = torch.tensor(self.tokens[1 : end + 1], device=self.topk.device)
         self.topk[:end, 1:] = -1
+        self.known[:end] = bytes(end)
 
     def record(self, start: int, hidden: torch.Tensor | None, topk: torch.Tensor | None) -> None:
         """Store rows for positions ``start ..`` (``hidden [m, H]``, ``topk [m, K]``)."""
-        import torch
-
         if hidden is not None and self.hidden is not None:
             end = start + hidden.shape[0]
             self.hidden[start:end] = torch.nn.functional.normalize(hidden.float(), dim=-1)
         if topk is not None and self.topk is not None:
-            self.topk[start : start + topk.shape[0]] = topk
+            m = topk.shape[0]
+            self.topk[start : start + m] = topk
+            self.known[start : start + m] = b"\x01" * m
+
+    def lookup_ratio(self) -> float:
+        """Cost of one on-demand top-K lookup in single decode steps (measured, else prior)."""
+        step = self.cost.step_s
+        if self.lookup_s > 0 and step > 0:
+            return self.lookup_s / step
+        return LOOKUP_PRIOR.get(self.device_type, LOOKUP_PRIOR["cpu"])
+
+    def can_lookup(self, positions: list[int]) -> bool:
+        """Whether :meth:`topk_rows` would compute anything for ``positions``."""
+        return self.predictor is not None and any(not self.known[j] for j in positions)
+
+    def topk_rows(self, positions: list[int], compute: bool = True) -> list[list[int]]:
+        """Top-K ids at each fed position (``-1`` padding dropped). Rows not known yet are
+        computed in one lookup when ``compute`` and a predictor is attached, then cached;
+        otherwise they are the observed next token."""
+        assert self.topk is not None
+        missing = [j for j in positions if not self.known[j]]
+        if compute and missing and self.predictor is not None:
+            t0 = time.perf_counter()
+            rows = self.predictor.topk_at(missing, self.topk.shape[1])  # [len(missing), K]
+            idx = torch.tensor(missing, device=self.topk.device)
+            self.topk.index_copy_(0, idx, rows.to(self.topk.device))
+            for j in missing:
+                self.known[j] = 1
+            seconds = time.perf_counter() - t0
+            self.lookup_s = seconds if self.lookups == 0 else 0.8 * self.lookup_s + 0.2 * seconds
+            self.lookups += 1
+        table = self.topk[torch.tensor(positions, device=self.topk.device)].tolist()
+        return [[t for t in row if t >= 0] for row in table]

@@ -101,6 +101,7 @@ def _decode(
     ctx.record(0, hidden, topk)
     if top_k and not prompt_topk:
         ctx.observed_topk(len(prompt) - 1)
+    ctx.attach(runner)  # missing top-K rows on demand, from cached final hidden states
     drafter.start(ctx)
     stats.prefill_s = time.perf_counter() - t0
 

@@ -34,6 +34,10 @@ class AdaPLDSettings:
             LM-head pass over the prompt: ~+40% prefill time on a CPU, little on a GPU).
             Without it a prompt position's only "prediction" is the token that followed it.
             ``None`` = on for CUDA devices only.
+        topk_lookup: compute a position's top-K on demand from its cached final hidden state
+            (one LM-head row) when a branch or the semantic fallback needs it and it is not
+            known yet. ``None`` = when the expected gain beats the lookup's measured cost;
+            ``True`` / ``False`` = always / never (then the token that followed stands in).
         semantic / branches / cursor / rerank / adaptive: ablation switches. With
             ``adaptive=False`` the drafter always drafts ``max_draft_len`` and the full tree.
     """
@@ -50,6 +54,7 @@ class AdaPLDSettings:
     branch_len: int = 2
     max_candidates: int = 64
     prompt_topk: bool | None = None
+    topk_lookup: bool | None = None
     semantic: bool = True
     branches: bool = True
     cursor: bool = True

@@ -12,12 +12,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+
+import torch
 
 from adapld_cli.engine.types import Source
-
-if TYPE_CHECKING:
-    import torch
 
 
 @dataclass
@@ -80,8 +78,6 @@ def tree_mask(parents: Sequence[int], past_len: int, dtype: torch.dtype, device)
 
     A float mask, never bool: a bool 4D mask is silently wrong under eager attention.
     """
-    import torch
-
     n = len(parents)
     anc = torch.eye(n, dtype=torch.bool)  # anc[i, j]: j is i or an ancestor of i
     for i, p in enumerate(parents):

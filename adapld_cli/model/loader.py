@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from adapld_cli.model import kernels
 from adapld_cli.model.assemble import (
     assemble,
     find_embedded_part,
@@ -412,6 +413,7 @@ def load(
     if folder is not None:
         restore_packed(model, folder)
     model.eval()
+    kernels.apply(model)  # prepacked, batch-invariant CPU kernels ($ADAPLD_KERNELS=stock: off)
     path = ref if folder is not None else str(getattr(model, "name_or_path", ref))
     if hub:
         path = str(_hub_cached(target.spec) or path)

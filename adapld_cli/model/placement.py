@@ -4,7 +4,10 @@ Contract: :func:`resolve_placement` maps the user's ``--device`` / ``--dtype`` t
 ``device_map`` and a torch dtype name. No device: ``device_map="auto"`` (all visible GPUs via
 accelerate) when CUDA is available, else CPU. ``"cpu"``, ``"cuda"``, ``"cuda:N"``, ``"mps"``
 force one. dtype ``"auto"`` is bfloat16 on CUDA (float16 where the GPU lacks bfloat16), float16
-on MPS, float32 on CPU. Unusable choices raise :class:`ModelError`.
+on MPS; on CPU bfloat16 where the CPU computes it natively (AVX-512 BF16 or AMX, see
+:func:`cpu_bf16`) and adapld's batch-invariant kernels are on (``$ADAPLD_KERNELS`` unset or
+``exact``: then speculative decoding stays bit-exact in bfloat16), else float32. Unusable
+choices raise :class:`ModelError`.
 """
 
 from __future__ import annotations
@@ -72,10 +75,30 @@ def resolve_placement(device: str | None = None, dtype: str = "auto") -> Placeme
         elif label == "mps":
             name = "float16"
         else:
-            name = "float32"
+            name = "bfloat16" if cpu_bf16() and _exact_kernels() else "float32"
     elif name not in DTYPES:
         raise ModelError(f"unknown --dtype {dtype!r}: use auto, {', '.join(DTYPES)}")
     return Placement(device_map, label, name)
+
+
+def cpu_bf16() -> bool:
+    """Whether this CPU has native bfloat16 matrix instructions (AVX-512 BF16 or AMX)."""
+    import torch
+
+    try:
+        caps = torch.cpu.get_capabilities()
+    except (AttributeError, RuntimeError):  # torch without capability reporting
+        return False
+    return bool(caps.get("avx512_bf16") or caps.get("amx_bf16"))
+
+
+def _exact_kernels() -> bool:
+    from adapld_cli.model.kernels import resolve_mode
+
+    try:
+        return resolve_mode() == "exact"
+    except ValueError:
+        return False
 
 
 def physical_cores() -> int:

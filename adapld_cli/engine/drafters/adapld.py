@@ -14,6 +14,8 @@ from __future__ import annotations
 from bisect import bisect_left
 from dataclasses import dataclass
 
+import torch
+
 from adapld_cli.engine.context import Context
 from adapld_cli.engine.ngram import NgramIndex
 from adapld_cli.engine.settings import AdaPLDSettings
@@ -180,8 +182,11 @@ class AdaPLDDrafter:
     def _branches(self, ctx: Context, q: int, alpha: float, cands: list[_Cand]) -> None:
         """First-token alternatives: the model's top-K at the copy source, minus the chain's
         first token, each extended by a reuse continuation. Together they share the
-        probability that the chain's first token fails and a branch is right."""
-        alts = [t for t in ctx.topk[q].tolist() if t >= 0 and t != cands[0].token]
+        probability that the chain's first token fails and a branch is right. The top-K at
+        ``q`` is computed on demand when it may pay (:meth:`_lookup`)."""
+        gain = (1.0 - alpha) * self.branch.p * (1.0 + BRANCH_CONT_P)
+        row = ctx.topk_rows([q], self._lookup(ctx, [q], gain, cands))[0]
+        alts = [t for t in row if t != cands[0].token]
         for b, w in zip(alts, _rank_weights(len(alts)), strict=True):
             pb = (1.0 - alpha) * self.branch.p * w
             cands.append(_Cand(pb, -1, b, Source.BRANCH))
@@ -207,8 +212,6 @@ class AdaPLDDrafter:
                 return min(near, key=lambda h: abs(h - c)), True
         P = ctx.pending
         if s.rerank and ctx.hidden is not None and len(hits) > 1 and P >= 1:
-            import torch
-
             cand = [h for h in hits[-s.max_candidates :] if h >= 1]
             if cand:
                 idx = torch.tensor(cand, device=ctx.hidden.device) - 1
@@ -243,8 +246,10 @@ class AdaPLDDrafter:
         starts = [lo + int(i) for v, i in pairs if v >= s.sim_floor]
         taken = {c.token for c in cands if c.parent == -1}
         alts: list[int] = []
-        for j in starts:
-            alts += [b for b in ctx.topk[j].tolist() if b >= 0 and b not in taken and b not in alts]
+        if starts:
+            gain = self.sem.p * (1.0 + SEM_SUCC_P)
+            for row in ctx.topk_rows(starts, self._lookup(ctx, starts, gain, cands)):
+                alts += [b for b in row if b not in taken and b not in alts]
         gamma = self.sem.p
         for b, w in zip(alts, _rank_weights(len(alts)), strict=True):
             pb = gamma * w
@@ -254,12 +259,19 @@ class AdaPLDDrafter:
                 cands.append(_Cand(pb * SEM_SUCC_P, len(cands) - 1, nxt[0], Source.SEMANTIC))
         return bool(alts)
 
-    def _select(self, ctx: Context, cands: list[_Cand], max_nodes: int) -> list[int]:
-        """Indices of the candidates to verify: the most probable prefix that maximises
-        expected tokens per unit of verification cost (parents always precede children)."""
+    def _lookup(self, ctx: Context, positions: list[int], gain: float, cands: list[_Cand]) -> bool:
+        """Whether to compute the top-K at ``positions`` now (one LM-head pass over them):
+        when its expected ``gain`` in tokens beats what its cost (in decode steps) would earn
+        spent on the tree already drafted. ``settings.topk_lookup`` forces it on or off."""
+        forced = self.s.topk_lookup
+        if forced is not None or not ctx.can_lookup(positions):
+            return bool(forced)
+        return gain > ctx.lookup_ratio() * self._best(ctx, cands, self.s.node_budget)[1]
+
+    def _best(self, ctx: Context, cands: list[_Cand], max_nodes: int) -> tuple[list[int], float]:
+        """The most probable prefix of candidates that maximises expected tokens per unit of
+        verification cost, and that value (tokens per single-step cost)."""
         order = sorted(range(len(cands)), key=lambda i: -cands[i].p)[:max_nodes]
-        if not self.s.adaptive:
-            return order
         cost = ctx.cost.ratio
         best_m, best, total = 0, 1.0 / cost(1), 1.0
         for m, i in enumerate(order, 1):
@@ -267,7 +279,14 @@ class AdaPLDDrafter:
             value = total / cost(m + 1)
             if value > best:
                 best, best_m = value, m
-        return order[:best_m]
+        return order[:best_m], best
+
+    def _select(self, ctx: Context, cands: list[_Cand], max_nodes: int) -> list[int]:
+        """Indices of the candidates to verify (parents always precede children): all of the
+        most probable ``max_nodes`` when not adaptive, else :meth:`_best`'s prefix."""
+        if not self.s.adaptive:
+            return sorted(range(len(cands)), key=lambda i: -cands[i].p)[:max_nodes]
+        return self._best(ctx, cands, max_nodes)[0]
 
     def _build(self, tree: DraftTree, cands: list[_Cand], chosen: list[int]) -> None:
         where: dict[int, int] = {-1: 0}

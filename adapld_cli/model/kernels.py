@@ -1,0 +1,300 @@
+"""Fast, batch-invariant CPU kernels for a loaded causal LM.
+
+Contract: :func:`apply` rewires a Hugging Face model in place, once, right after loading, so
+that on a CPU (float32, or bfloat16 where oneDNN supports it):
+
+- every ``nn.Linear`` (the LM head included) runs oneDNN with weights reordered once
+  (``torch.ops.mkldnn._reorder_linear_weight`` + ``_linear_pointwise``). Torch's default
+  ``F.linear`` runs a 2- or 3-row input as separate matrix-vector products, so a small
+  verification pass costs 2-3 single steps; prepacked, a 16-token pass costs about one.
+- the forward is *batch-invariant*: a row's result does not depend on how many rows share
+  the pass. oneDNN's result for a row is bitwise independent of the number of rows while the
+  reduced dimension is at most :data:`K_CHUNK` (measured for M = 1..128 on AVX-512 CPUs;
+  longer reductions are blocked differently for different M), so a wider layer (the MLP's
+  down projection, 4,864 inputs) is summed from fixed chunks in a fixed order. Attention
+  runs each query exactly as a single-token decode step would (:func:`exact_attention`).
+  RMSNorm, RoPE, SiLU and residual adds are per row already. Hence a draft-tree pass
+  computes every node's logits bit for bit as plain decoding does, in any dtype: greedy
+  speculative decoding is then exactly plain greedy decoding, with no near-tie flips.
+
+Modes (``$ADAPLD_KERNELS``, or the ``mode`` argument): ``exact`` (default: prepacked linears
++ batch-invariant attention), ``packed`` (prepacked linears, stock attention), ``stock``
+(leave the model alone, for comparisons). Anything other than a CPU model in float32 or
+bfloat16 (float64 test models, float16, CUDA, MPS, a torch without oneDNN) is left alone.
+Tied embeddings keep working: the embedding keeps its weight, the LM head gets a packed copy.
+"""
+
+from __future__ import annotations
+
+import os
+import weakref
+from typing import Any
+
+ENV_KERNELS = "ADAPLD_KERNELS"
+MODES = ("exact", "packed", "stock")
+ATTENTION = "adapld_exact"  # name registered with transformers' AttentionInterface
+K_CHUNK = 1024  # longest reduction oneDNN keeps batch-invariant (see module docstring)
+EXACT_MAX_QUERIES = 128  # passes up to this many tokens are batch-invariant; longer ones
+# (prefill chunks, identical for every decoding method) use the stock attention
+
+
+def resolve_mode(mode: str | None = None) -> str:
+    """``mode``, else ``$ADAPLD_KERNELS``, else ``"exact"``; raises ``ValueError`` if unknown."""
+    name = (mode or os.environ.get(ENV_KERNELS, "") or "exact").strip().lower()
+    if name not in MODES:
+        raise ValueError(f"{ENV_KERNELS}={name!r}: use one of {', '.join(MODES)}")
+    return name
+
+
+def supported(model: Any) -> str | None:
+    """Why :func:`apply` would leave ``model`` alone (one line), or None if it can run."""
+    import torch
+
+    params = list(model.parameters())
+    if not params:
+        return "no parameters"
+    if any(p.device.type != "cpu" for p in params):
+        return "not on the CPU"
+    dtype = params[0].dtype
+    if dtype not in (torch.float32, torch.bfloat16):
+        return f"{str(dtype).removeprefix('torch.')} is not float32/bfloat16"
+    if not torch.backends.mkldnn.is_available():
+        return "torch built without oneDNN"
+    ops = torch.ops.mkldnn
+    if not (hasattr(ops, "_reorder_linear_weight") and hasattr(ops, "_linear_pointwise")):
+        return "oneDNN linear ops missing"
+    if dtype == torch.bfloat16 and not ops._is_mkldnn_bf16_supported():
+        return "this CPU has no oneDNN bfloat16 support"
+    return None
+
+
+def apply(model: Any, mode: str | None = None) -> str:
+    """Install the kernels of ``mode`` (see :func:`resolve_mode`) on ``model`` in place.
+
+    Returns the mode in effect: ``"stock"`` when off or unsupported (see :func:`supported`).
+    Idempotent. Sets ``model.adapld_kernels`` to the returned mode.
+    """
+    name = resolve_mode(mode)
+    current = getattr(model, "adapld_kernels", "stock")
+    if current != "stock":
+        return current
+    if name != "stock" and supported(model) is None:
+        pack_linears(model)
+        if name == "exact":
+            use_exact_attention(model)
+    else:
+        name = "stock"
+    model.adapld_kernels = name
+    return name
+
+
+# ----------------------------------------------------------------------------- linear layers
+
+
+def _packed_linear_class() -> type:
+    import torch
+
+    class PackedLinear(torch.nn.Module):
+        """``nn.Linear`` with oneDNN-prepacked weights, batch-invariant (module docstring).
+
+        ``x [..., in_features] -> [..., out_features]`` in the weight's dtype. Inputs wider
+        than :data:`K_CHUNK` are reduced in fixed chunks, summed in float32 in chunk order.
+        """
+
+        def __init__(self, linear: torch.nn.Linear) -> None:
+            super().__init__()
+            w = linear.weight.detach()  # [out, in]
+            self.in_features, self.out_features = linear.in_features, linear.out_features
+            self.dtype = w.dtype
+            self.bias = None if linear.bias is None else linear.bias.detach().clone()
+            self.chunks: list[tuple[int, int, torch.Tensor]] = []  # (start, end, packed)
+            for s in range(0, self.in_features, K_CHUNK):
+                e = min(s + K_CHUNK, self.in_features)
+                part = w[:, s:e].contiguous()
+                self.chunks.append((s, e, torch.ops.mkldnn._reorder_linear_weight(part, 16)))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            shape = x.shape
+            x2 = x.reshape(-1, shape[-1]).to(self.dtype)  # [M, in]
+            run = torch.ops.mkldnn._linear_pointwise
+            if len(self.chunks) == 1:
+                y = run(x2.contiguous(), self.chunks[0][2], self.bias, "none", [], "")
+            else:
+                acc = None  # [M, out] float32
+                for s, e, w in self.chunks:
+                    part = run(x2[:, s:e].contiguous(), w, None, "none", [], "").float()
+                    acc = part if acc is None else acc.add_(part)
+                if self.bias is not None:
+                    acc.add_(self.bias.float())
+                y = acc.to(self.dtype)
+            return y.reshape(*shape[:-1], self.out_features)
+
+        def extra_repr(self) -> str:
+            return (
+                f"in_features={self.in_features}, out_features={self.out_features}, "
+                f"chunks={len(self.chunks)}, dtype={str(self.dtype).removeprefix('torch.')}"
+            )
+
+    return PackedLinear
+
+
+_PACKED: type | None = None
+
+
+def packed_linear_class() -> type:
+    """The ``PackedLinear`` module class (defined on first use: keeps torch out of imports)."""
+    global _PACKED
+    if _PACKED is None:
+        _PACKED = _packed_linear_class()
+    return _PACKED
+
+
+def pack_linears(model: Any) -> int:
+    """Replace every ``nn.Linear`` of ``model`` by a ``PackedLinear``; returns how many.
+
+    The replaced layers' weights are dropped (except a tied LM head's, which the embedding
+    still owns), so memory grows only by the packed copy of a tied head.
+    """
+    import torch
+
+    cls = packed_linear_class()
+    count = 0
+    for module in list(model.modules()):
+        for name, child in list(module.named_children()):
+            if isinstance(child, torch.nn.Linear):
+                setattr(module, name, cls(child))
+                count += 1
+    return count
+
+
+# ----------------------------------------------------------------------------- attention
+
+
+def use_exact_attention(model: Any) -> None:
+    """Register :func:`exact_attention` with transformers and switch ``model`` to it."""
+    from transformers import AttentionInterface
+    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
+
+    AttentionInterface.register(ATTENTION, exact_attention)
+    # padding masks are built as for sdpa; a plain causal pass gets None
+    ALL_MASK_ATTENTION_FUNCTIONS.register(ATTENTION, sdpa_mask)
+    if hasattr(model, "set_attn_implementation"):
+        model.set_attn_implementation(ATTENTION)
+    else:  # pragma: no cover - older transformers
+        model.config._attn_implementation = ATTENTION
+
+
+class _Plans:
+    """Per-query key plans, derived once per forward pass: every layer receives the same
+    mask object, so the plan is keyed on it (weakly) and on the pass shape."""
+
+    def __init__(self) -> None:
+        self._key: tuple[Any, ...] | None = None
+        self._plan: list[Any] | None = None
+
+    def get(self, mask: Any, n: int, s: int) -> list[Any] | None:
+        ref = None if mask is None else weakref.ref(mask)
+        if self._key is not None:
+            old_ref, old_n, old_s = self._key
+            same = (old_ref is None and mask is None) or (
+                old_ref is not None and ref is not None and old_ref() is mask
+            )
+            if same and old_n == n and old_s == s:
+                return self._plan
+        self._plan = query_plan(mask, n, s)
+        self._key = (ref, n, s)
+        return self._plan
+
+
+_plans = _Plans()
+
+
+def query_plan(mask: Any, n: int, s: int) -> list[Any] | None:
+    """For each of ``n`` queries over ``s`` keys: an ``int`` ``L`` (it attends keys
+    ``0..L-1``) or a ``LongTensor`` of the key indices it attends (tree branches).
+
+    ``mask`` is None (causal: the queries are the last ``n`` keys), a 4D bool mask (True =
+    attend) or a 4D additive float mask (0 = attend, very negative = blocked) of shape
+    ``[1, 1, n, s]``. Returns None for masks this cannot express (other shapes, soft biases).
+    """
+    import torch
+
+    if mask is None:
+        return [s - n + i + 1 for i in range(n)]
+    if mask.dim() != 4 or mask.shape[0] != 1 or mask.shape[1] != 1 or mask.shape[-2:] != (n, s):
+        return None
+    m = mask[0, 0]
+    if m.dtype == torch.bool:
+        allowed = m
+    else:
+        allowed = m == 0
+        blocked = m <= torch.finfo(m.dtype).min / 2
+        if not bool((allowed | blocked).all()):
+            return None
+    counts = allowed.sum(-1).tolist()  # [n]
+    prefix = allowed.int().cumprod(-1).sum(-1).tolist()  # length of each row's leading run
+    plan: list[Any] = []
+    for i in range(n):
+        if counts[i] == 0:
+            return None
+        plan.append(counts[i] if prefix[i] == counts[i] else allowed[i].nonzero()[:, 0])
+    return plan
+
+
+def exact_attention(
+    module: Any,
+    query: Any,
+    key: Any,
+    value: Any,
+    attention_mask: Any,
+    dropout: float = 0.0,
+    scaling: float | None = None,
+    **kwargs: Any,
+) -> tuple[Any, None]:
+    """Attention whose per-query result does not depend on how many queries share the pass.
+
+    Shapes as transformers' attention interface: ``query [1, H, n, d]``, ``key`` / ``value``
+    ``[1, KV, s, d]`` (cache included), output ``[1, n, H, d]``. Each query runs the very ops
+    of a single-token step with the same shapes: scores over exactly the keys it attends
+    (a prefix slice of the cache, or a gather for a tree branch), softmax, weighted sum, all
+    in float32 for half-precision models (one rounding of the output). Batches, long passes
+    (over :data:`EXACT_MAX_QUERIES`), sliding windows, soft-capping and non-binary masks
+    fall back to transformers' sdpa attention.
+    """
+    import torch
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    b, h, n, d = query.shape
+    kv, s = key.shape[1], key.shape[2]
+    plan = None
+    if (
+        b == 1
+        and n <= EXACT_MAX_QUERIES
+        and h % kv == 0
+        and not kwargs.get("sliding_window")
+        and kwargs.get("softcap") is None
+        and not getattr(module, "training", False)
+    ):
+        plan = _plans.get(attention_mask, n, s)
+    if plan is None:
+        return sdpa_attention_forward(
+            module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs
+        )
+    scale = d**-0.5 if scaling is None else scaling
+    g = h // kv
+    # half-precision matmuls of these tiny shapes cost more in dispatch than in arithmetic:
+    # run them in float32 (bf16 products are exact in float32), round the output once
+    work = torch.float32 if query.dtype in (torch.bfloat16, torch.float16) else query.dtype
+    out = torch.empty(1, n, h, d, dtype=work, device=query.device)
+    keys, values = key[0].to(work), value[0].to(work)  # [KV, s, d]
+    queries = query[0].to(work)  # [H, n, d]
+    for i, sel in enumerate(plan):
+        q = queries[:, i, :].reshape(kv, g, d).contiguous()  # [KV, G, d]
+        if isinstance(sel, int):
+            k, v = keys[:, :sel], values[:, :sel]  # [KV, L, d]
+        else:
+            k, v = keys.index_select(1, sel), values.index_select(1, sel)
+        scores = torch.matmul(q, k.transpose(1, 2)).mul_(scale)  # [KV, G, L]
+        probs = torch.softmax(scores, dim=-1)
+        out[0, i] = torch.matmul(probs, v).reshape(h, d)  # [KV, G, d] -> [H, d]
+    return out.to(query.dtype), None

@@ -1,0 +1,158 @@
+"""Prepacked, batch-invariant CPU kernels (adapld_cli.model.kernels) on tiny models: a draft
+tree's rows equal sequential single-token rows bit for bit in float32 and bfloat16, so greedy
+AdaPLD is exactly plain decoding; fallbacks and modes."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from adapld_cli.engine import AdaPLDSettings, GenerationConfig, generate
+from adapld_cli.engine.adapter import ModelRunner
+from adapld_cli.engine.tree import tree_mask
+from adapld_cli.model import kernels
+from tests.tiny_models import one_thread, random_prompt, tiny_model
+
+DTYPES = [torch.float32, torch.bfloat16]
+# a 10-node chain from the root, a 5-node branch under node 3, a 2-node branch at the root
+PARENTS = [-1, *range(9), 3, 10, 11, 12, 13, 0, 15]
+
+
+@pytest.fixture(autouse=True)
+def _env(monkeypatch):
+    monkeypatch.delenv(kernels.ENV_KERNELS, raising=False)
+    with one_thread():
+        yield
+
+
+def tree_vs_sequential(model, prefix: list[int], tokens: list[int], parents: list[int]):
+    """Logits of one tree pass over ``tokens`` (after ``prefix``) vs each node's logits from
+    plain decoding of its root path, one token per pass (each node fed once: the cache is
+    rolled back to the branch point). Returns ``(rows bitwise equal, max |diff|)``."""
+    runner = ModelRunner(model, hidden_layer=None, want_hidden=False)
+    runner.prefill(prefix, 0)
+    past = runner.cache_len
+    depths: list[int] = []
+    for p in parents:
+        depths.append(0 if p < 0 else depths[p] + 1)
+    mask = tree_mask(parents, past, runner.dtype, runner.device)
+    batch = runner.step(tokens, depths, mask).logits.rows(list(range(len(tokens))))
+    runner.keep(past, [])
+    fed: list[int] = []  # nodes whose tokens are in the cache after the prefix, root first
+    equal, worst = 0, 0.0
+    for i in range(len(tokens)):
+        while fed and fed[-1] != parents[i]:  # parents precede children: roll back
+            fed.pop()
+        runner.keep(past, list(range(len(fed))))
+        row = runner.step([tokens[i]], None, None).logits.row(0)
+        fed.append(i)
+        equal += int(torch.equal(row, batch[i]))
+        worst = max(worst, (row.float() - batch[i].float()).abs().max().item())
+    return equal, worst
+
+
+def _packed(arch: str, dtype: torch.dtype, mode: str = "exact", **kw):
+    model = tiny_model(arch, dtype="float32", **kw).to(dtype)
+    assert kernels.apply(model, mode) == mode
+    return model
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("arch", ["qwen2", "llama"])
+def test_tree_rows_bitwise_equal_sequential_rows(arch, dtype):
+    gen = torch.Generator().manual_seed(1)
+    prefix = torch.randint(0, 48, (70,), generator=gen).tolist()
+    tokens = torch.randint(0, 48, (len(PARENTS),), generator=gen).tolist()
+    model = _packed(arch, dtype)
+    assert tree_vs_sequential(model, prefix, tokens, PARENTS) == (len(PARENTS), 0.0)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_packed_linear_close_to_linear_and_batch_invariant(dtype):
+    torch.manual_seed(0)
+    for k, n, bias in ((64, 40, True), (2500, 96, True), (2100, 80, False)):  # 1, 3, 3 chunks
+        linear = torch.nn.Linear(k, n, bias=bias).to(dtype)
+        packed = kernels.packed_linear_class()(linear)
+        assert len(packed.chunks) == -(-k // kernels.K_CHUNK)
+        x = torch.randn(40, k).to(dtype)
+        with torch.inference_mode():
+            ref = linear(x).float()
+            out = packed(x)
+            alone = torch.cat([packed(x[i : i + 1]) for i in range(40)])
+            for m in range(1, 41):
+                assert torch.equal(packed(x[:m]), alone[:m]), (k, m)
+        tol = 1e-4 if dtype == torch.float32 else 3e-2
+        assert out.dtype == dtype and out.shape == (40, n)
+        assert torch.allclose(out.float(), ref, atol=tol * ref.abs().max().item(), rtol=0)
+        assert packed(x[None]).shape == (1, 40, n)  # leading dims kept
+
+
+def test_query_plan_of_masks():
+    assert kernels.query_plan(None, 3, 10) == [8, 9, 10]
+    parents = [-1, 0, 1, 0, 3]  # chain 0-1-2, branch 3-4 under the root
+    plan = kernels.query_plan(tree_mask(parents, 5, torch.float32, "cpu"), 5, 10)
+    assert plan[:3] == [6, 7, 8]
+    assert plan[3].tolist() == [0, 1, 2, 3, 4, 5, 8]
+    assert plan[4].tolist() == [0, 1, 2, 3, 4, 5, 8, 9]
+    causal_bool = torch.ones(4, 6, dtype=torch.bool).tril(2)[None, None]
+    assert kernels.query_plan(causal_bool, 4, 6) == [3, 4, 5, 6]
+    soft = torch.zeros(1, 1, 2, 4)
+    soft[..., 1] = -3.0  # a bias, not a mask: left to sdpa
+    assert kernels.query_plan(soft, 2, 4) is None
+
+
+def test_apply_modes_and_fallbacks(monkeypatch):
+    double = tiny_model("qwen2")  # float64: left alone
+    assert kernels.supported(double) is not None
+    assert kernels.apply(double) == "stock"
+    assert isinstance(double.lm_head, torch.nn.Linear)
+
+    monkeypatch.setenv(kernels.ENV_KERNELS, "stock")
+    model = tiny_model("qwen2", dtype="float32")
+    assert kernels.apply(model) == "stock" and isinstance(model.lm_head, torch.nn.Linear)
+    monkeypatch.setenv(kernels.ENV_KERNELS, "packed")
+    model = tiny_model("qwen2", dtype="float32")
+    assert kernels.apply(model) == "packed"
+    assert model.config._attn_implementation != kernels.ATTENTION
+    assert not any(isinstance(m, torch.nn.Linear) for m in model.modules())
+    monkeypatch.setenv(kernels.ENV_KERNELS, "nonsense")
+    with pytest.raises(ValueError, match=kernels.ENV_KERNELS):
+        kernels.resolve_mode()
+    monkeypatch.delenv(kernels.ENV_KERNELS)
+    model = tiny_model("qwen2", dtype="float32")
+    assert kernels.apply(model) == "exact" and kernels.apply(model) == "exact"  # idempotent
+    assert model.config._attn_implementation == kernels.ATTENTION
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_tied_embeddings_keep_working(dtype):
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    torch.manual_seed(0)
+    cfg = Qwen2Config(
+        vocab_size=48, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True,
+    )  # fmt: skip
+    stock = Qwen2ForCausalLM(cfg).to(dtype).eval()
+    assert stock.lm_head.weight is stock.model.embed_tokens.weight
+    model = Qwen2ForCausalLM(cfg).to(dtype).eval()
+    model.load_state_dict(stock.state_dict())
+    kernels.apply(model)
+    ids = torch.tensor([random_prompt(0)[:30]])
+    with torch.inference_mode():
+        ref, out = stock(ids).logits.float(), model(ids).logits.float()
+    tol = 1e-4 if dtype == torch.float32 else 0.1
+    assert torch.allclose(out, ref, atol=tol * ref.abs().max().item(), rtol=0)
+    assert torch.equal(model.model.embed_tokens.weight, stock.model.embed_tokens.weight)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_greedy_adapld_is_plain_decoding_in_any_dtype(dtype):
+    model = _packed("qwen2", dtype)
+    full = AdaPLDSettings(adaptive=False, sim_floor=-1.0, node_budget=24, topk_lookup=True)
+    for seed in range(4):
+        prompt = random_prompt(seed)
+        cfg = GenerationConfig(max_new_tokens=40)
+        ref = generate(model, prompt, cfg, "ar").tokens
+        assert generate(model, prompt, cfg, "adapld").tokens == ref
+        assert generate(model, prompt, cfg, "adapld", settings=full).tokens == ref

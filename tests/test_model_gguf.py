@@ -111,9 +111,10 @@ def tiny_gguf(tmp_path) -> tuple[Path, dict]:
     return path, write_tiny_gguf(path)
 
 
-def test_gguf_converts_once_and_faithfully(tiny_gguf, tmp_path):
+def test_gguf_converts_once_and_faithfully(tiny_gguf, tmp_path, monkeypatch):
+    monkeypatch.setenv("ADAPLD_KERNELS", "stock")  # plain nn.Linear weights to compare
     path, tensors = tiny_gguf
-    loaded = load(str(path), device="cpu")
+    loaded = load(str(path), device="cpu", dtype="float32")
     assert (loaded.source, loaded.name, loaded.dtype) == ("gguf", "tiny-coder.gguf", "float32")
     folder = Path(loaded.path)
     assert folder.parent == Path(os.environ["ADAPLD_HOME"]) / "models"
@@ -178,8 +179,10 @@ def test_not_a_gguf_is_a_clear_error(tmp_path):
     assert not [p for p in models.iterdir() if p.name.endswith(".tmp")]
 
 
-def test_quantized_gguf_is_stored_in_bfloat16_with_the_embedding_packed(tmp_path):
+def test_quantized_gguf_is_stored_in_bfloat16_with_the_embedding_packed(tmp_path, monkeypatch):
     import torch
+
+    monkeypatch.setenv("ADAPLD_KERNELS", "stock")  # plain nn.Linear weights to compare
     from gguf import GGMLQuantizationType as Q
     from safetensors import safe_open
 
@@ -193,7 +196,7 @@ def test_quantized_gguf_is_stored_in_bfloat16_with_the_embedding_packed(tmp_path
         "output.weight": Q.F16,
     }
     tensors = write_tiny_gguf(path, quant=quant)
-    loaded = load(str(path), device="cpu")
+    loaded = load(str(path), device="cpu", dtype="float32")
     folder = Path(loaded.path)
     manifest = json.loads((folder / MANIFEST).read_text())
     assert manifest["format"] == FORMAT and {WEIGHTS, PACKED} <= set(manifest["files"])

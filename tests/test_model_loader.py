@@ -25,9 +25,10 @@ from adapld_cli.model import (
 )
 from adapld_cli.model.clean import remove_obsolete
 from adapld_cli.model.convert import FORMAT, MANIFEST, cache_state
+from adapld_cli.model.kernels import resolve_mode
 from adapld_cli.model.loader import classify, embedded_source_id
 from adapld_cli.model.paths import EMBEDDED_MODELS
-from adapld_cli.model.placement import resolve_placement
+from adapld_cli.model.placement import cpu_bf16, resolve_placement
 
 
 def test_resolve_spec_option_then_env_then_default_model(monkeypatch):
@@ -81,7 +82,9 @@ def test_placement_defaults_and_errors():
         assert (auto.device_map, auto.device) == ("auto", "cuda")
         assert auto.dtype in ("bfloat16", "float16")
     else:
-        assert (auto.device_map, auto.device, auto.dtype) == ({"": "cpu"}, "cpu", "float32")
+        # bfloat16 where the CPU has native bf16 and the exact kernels are on, else float32
+        fastest = "bfloat16" if cpu_bf16() and resolve_mode() == "exact" else "float32"
+        assert (auto.device_map, auto.device, auto.dtype) == ({"": "cpu"}, "cpu", fastest)
         with pytest.raises(ModelError, match="CUDA is not available"):
             resolve_placement("cuda")
     cpu = resolve_placement("CPU", "bfloat16")
@@ -121,7 +124,8 @@ def test_cache_state_needs_a_complete_matching_manifest(tmp_path):
 def test_load_local_folder(tiny_models):
     folder = tiny_models["rename"]
     loaded = load(str(folder), device="cpu")
-    assert (loaded.source, loaded.device, loaded.dtype) == ("local", "cpu", "float32")
+    assert (loaded.source, loaded.device) == ("local", "cpu")
+    assert loaded.dtype == resolve_placement("cpu").dtype
     assert loaded.path == str(folder.resolve()) and loaded.name == folder.name
     assert not loaded.model.training
     assert loaded.tokenizer.decode(loaded.tokenizer.encode("x = 1\n")) == "x = 1\n"

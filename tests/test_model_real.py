@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from adapld_cli.model.placement import resolve_placement
+
 pytestmark = pytest.mark.real
 
 CODE = (
@@ -27,7 +29,7 @@ CODE = (
 
 def test_embedded_model_loads_offline(embedded):
     assert (embedded.source, embedded.name) == ("embedded", "coder-0.5b")
-    assert (embedded.device, embedded.dtype) == ("cpu", "float32")
+    assert (embedded.device, embedded.dtype) == ("cpu", resolve_placement("cpu").dtype)
     assert not embedded.model.training
     config = embedded.model.config
     assert (config.model_type, config.num_hidden_layers, config.hidden_size) == ("qwen2", 24, 896)

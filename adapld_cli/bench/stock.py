@@ -44,6 +44,7 @@ def load_stock(path: str, dtype: str, device: str) -> Any:
     import torch
     from transformers import AutoModelForCausalLM
 
+    from adapld_cli.model.convert import restore_packed
     from adapld_cli.model.loader import quiet
 
     with quiet(verbose=False):
@@ -53,6 +54,9 @@ def load_stock(path: str, dtype: str, device: str) -> Any:
             device_map=_device_map(device),
             local_files_only=True,
         )
+    # An embedded model's cache keeps the input embedding in GGUF blocks (see
+    # adapld_cli.model.convert); put it back, as the original checkpoint would have it.
+    restore_packed(model, path)
     return model.eval()
 
 

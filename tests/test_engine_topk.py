@@ -58,9 +58,13 @@ def test_context_looks_up_missing_rows_once():
 @pytest.mark.parametrize("arch", ["llama", "qwen2", "gpt2"])
 def test_lookups_make_branches_and_stay_lossless(arch):
     model = tiny_model(arch)
-    settings = AdaPLDSettings(adaptive=False, sim_floor=-1.0, top_k=4, topk_lookup=True)
+    settings = AdaPLDSettings(
+        adaptive=False, semantic=True, sim_floor=-1.0, top_k=4, topk_lookup=True
+    )
     branch_steps = without = 0
-    never = AdaPLDSettings(adaptive=False, sim_floor=-1.0, top_k=4, topk_lookup=False)
+    never = AdaPLDSettings(
+        adaptive=False, semantic=True, sim_floor=-1.0, top_k=4, topk_lookup=False
+    )
     for seed in range(6):
         prompt = random_prompt(seed, repeats=seed % 3 != 2)
         cfg = GenerationConfig(max_new_tokens=40)

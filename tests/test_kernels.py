@@ -149,7 +149,9 @@ def test_tied_embeddings_keep_working(dtype):
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_greedy_adapld_is_plain_decoding_in_any_dtype(dtype):
     model = _packed("qwen2", dtype)
-    full = AdaPLDSettings(adaptive=False, sim_floor=-1.0, node_budget=24, topk_lookup=True)
+    full = AdaPLDSettings(
+        adaptive=False, semantic=True, sim_floor=-1.0, node_budget=24, topk_lookup=True
+    )
     for seed in range(4):
         prompt = random_prompt(seed)
         cfg = GenerationConfig(max_new_tokens=40)

@@ -38,8 +38,11 @@ class AdaPLDSettings:
             (one LM-head row) when a branch or the semantic fallback needs it and it is not
             known yet. ``None`` = when the expected gain beats the lookup's measured cost;
             ``True`` / ``False`` = always / never (then the token that followed stands in).
-        semantic / branches / cursor / rerank / adaptive: ablation switches. With
-            ``adaptive=False`` the drafter always drafts ``max_draft_len`` and the full tree.
+        semantic: the semantic fallback. ``None`` = on for CUDA devices only: on a CPU it
+            cost more than it gained (README, Performance: ablations on 20 CanItEdit tasks).
+        branches / cursor / rerank / adaptive: ablation switches (like ``semantic=False``).
+            With ``adaptive=False`` the drafter always drafts ``max_draft_len`` and the full
+            tree.
     """
 
     max_draft_len: int = 64
@@ -55,7 +58,7 @@ class AdaPLDSettings:
     max_candidates: int = 64
     prompt_topk: bool | None = None
     topk_lookup: bool | None = None
-    semantic: bool = True
+    semantic: bool | None = None
     branches: bool = True
     cursor: bool = True
     rerank: bool = True

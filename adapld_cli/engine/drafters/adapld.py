@@ -72,8 +72,10 @@ class AdaPLDDrafter:
 
     def __init__(self, settings: AdaPLDSettings | None = None) -> None:
         s = self.s = settings or AdaPLDSettings()
-        self.wants_hidden = s.rerank or s.semantic
-        self.wants_topk = s.top_k if (s.branches or s.semantic) else 0
+        maybe_semantic = s.semantic is not False  # None: decided by the device in start()
+        self.wants_hidden = s.rerank or maybe_semantic
+        self.wants_topk = s.top_k if (s.branches or maybe_semantic) else 0
+        self.semantic = bool(s.semantic)
         self.prompt_topk = s.prompt_topk
         self.hidden_layer = s.hidden_layer
         self.index = NgramIndex(s.min_ctxt, s.ctxt)
@@ -95,6 +97,8 @@ class AdaPLDDrafter:
     # -- lifecycle ---------------------------------------------------------------------------
 
     def start(self, ctx: Context) -> None:
+        if self.s.semantic is None:
+            self.semantic = ctx.device_type == "cuda"
         self.index.extend(ctx.tokens)
         self._learn_successors(ctx, 0, ctx.pending)
 
@@ -158,7 +162,12 @@ class AdaPLDDrafter:
             if s.cursor and self.cursor is not None and 0 <= self.cursor < ctx.pending:
                 self._last = _Last(q=self.cursor, at_cursor=True, fallback=True)
                 self._copy_chain(ctx, self.cursor, self.cursor_rate.p, cands, max_nodes)
-            if s.semantic and ctx.hidden is not None and ctx.topk is not None and ctx.pending >= 2:
+            if (
+                self.semantic
+                and ctx.hidden is not None
+                and ctx.topk is not None
+                and ctx.pending >= 2
+            ):
                 tree.kind = "semantic" if self._semantic(ctx, cands) else tree.kind
         self._build(tree, cands, self._select(ctx, cands, max_nodes))
         last = self._last

@@ -83,7 +83,11 @@ def token_id(tokenizer, key: str) -> int:
     return tid
 
 
-def build_model(tokenizer, script: list[str], *, max_positions: int = 32768, seed: int = 0):
+def successor_model(
+    tokenizer, following: dict[int, int], *, max_positions: int = 32768, seed: int = 0
+):
+    """A tiny Qwen2 whose greedy next token after token ``a`` is ``following[a]`` (attention
+    and MLP outputs zeroed: the LM head reads the current token's embedding)."""
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
@@ -109,14 +113,7 @@ def build_model(tokenizer, script: list[str], *, max_positions: int = 32768, see
     embed = torch.randn(vocab, hidden, generator=gen)
     embed = embed / embed.norm(dim=1, keepdim=True)
     head = torch.zeros(vocab, hidden)
-    ids = [token_id(tokenizer, k) for k in script]
-    nxt: dict[int, int] = {}
-    for opener in FENCE_OPEN:
-        nxt[tokenizer.get_vocab()[opener]] = ids[0]
-    for a, b in zip(ids, ids[1:], strict=False):
-        assert a not in nxt or nxt[a] == b, "script tokens must be distinct"
-        nxt[a] = b
-    for a, b in nxt.items():
+    for a, b in following.items():
         head[b] += 20.0 * embed[a]
     with torch.no_grad():
         model.model.embed_tokens.weight.copy_(embed)
@@ -127,6 +124,18 @@ def build_model(tokenizer, script: list[str], *, max_positions: int = 32768, see
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     return model
+
+
+def build_model(tokenizer, script: list[str], *, max_positions: int = 32768, seed: int = 0):
+    """A model that answers ``script`` (distinct tokens) after any fence opener."""
+    ids = [token_id(tokenizer, k) for k in script]
+    nxt: dict[int, int] = {}
+    for opener in FENCE_OPEN:
+        nxt[tokenizer.get_vocab()[opener]] = ids[0]
+    for a, b in zip(ids, ids[1:], strict=False):
+        assert a not in nxt or nxt[a] == b, "script tokens must be distinct"
+        nxt[a] = b
+    return successor_model(tokenizer, nxt, max_positions=max_positions, seed=seed)
 
 
 @pytest.fixture(scope="session")

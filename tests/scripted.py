@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.conftest import CHAT_TEMPLATE, EOS
+from tests.conftest import CHAT_TEMPLATE, EOS, successor_model
 
 FENCE_TAGS = ("", "python", "json", "toml", "yaml")
 CLOSE = "```"
@@ -59,45 +59,11 @@ def _id(tokenizer, text: str) -> int:
 
 def build_model(tokenizer, answer: str, *, seed: int = 0):
     """A model that answers ``answer`` (then the closing fence and eos) after any opener."""
-    import torch
-    from transformers import Qwen2Config, Qwen2ForCausalLM
-
-    vocab, hidden = len(tokenizer), 256
-    config = Qwen2Config(
-        vocab_size=vocab,
-        hidden_size=hidden,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=32768,
-        tie_word_embeddings=False,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
-        bos_token_id=None,
-        torch_dtype="float32",
-    )
-    torch.manual_seed(seed)
-    model = Qwen2ForCausalLM(config).to(torch.float32).eval()
-    gen = torch.Generator().manual_seed(seed)
-    embed = torch.randn(vocab, hidden, generator=gen)
-    embed = embed / embed.norm(dim=1, keepdim=True)
-    head = torch.zeros(vocab, hidden)
     chain = [_id(tokenizer, c) for c in chunks(answer)] + [_id(tokenizer, CLOSE)]
     chain.append(tokenizer.eos_token_id)
     following = {_id(tokenizer, f"```{tag}\n"): chain[0] for tag in FENCE_TAGS}
     following.update(zip(chain, chain[1:], strict=False))
-    for a, b in following.items():
-        head[b] += 20.0 * embed[a]
-    with torch.no_grad():
-        model.model.embed_tokens.weight.copy_(embed)
-        model.lm_head.weight.copy_(head)
-        for layer in model.model.layers:
-            layer.self_attn.o_proj.weight.zero_()
-            layer.mlp.down_proj.weight.zero_()
-    model.generation_config.eos_token_id = tokenizer.eos_token_id
-    model.generation_config.pad_token_id = tokenizer.pad_token_id
-    return model
+    return successor_model(tokenizer, following, seed=seed)
 
 
 def build_models(root: Path, answers: dict[str, str], extra: tuple[str, ...] = ()) -> dict:

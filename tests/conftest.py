@@ -54,7 +54,8 @@ SCRIPTS = {
 }
 
 
-def build_tokenizer():
+def piece_tokenizer(pieces: list[str]):
+    """A byte-level tokenizer with a chat template where each of ``pieces`` is one token."""
     from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
     from tokenizers.pre_tokenizers import ByteLevel
     from transformers import PreTrainedTokenizerFast
@@ -64,7 +65,6 @@ def build_tokenizer():
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
     tok.decoder = decoders.ByteLevel()
     tok.add_special_tokens(["<|im_start|>", EOS, "<|endoftext|>"])
-    pieces = [*LINES.values(), *FENCE_OPEN, FENCE_CLOSE]
     tok.add_tokens([AddedToken(p, normalized=False) for p in pieces])
     return PreTrainedTokenizerFast(
         tokenizer_object=tok,
@@ -73,6 +73,10 @@ def build_tokenizer():
         chat_template=CHAT_TEMPLATE,
         model_max_length=32768,
     )
+
+
+def build_tokenizer():
+    return piece_tokenizer([*LINES.values(), *FENCE_OPEN, FENCE_CLOSE])
 
 
 def token_id(tokenizer, key: str) -> int:

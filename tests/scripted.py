@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.conftest import CHAT_TEMPLATE, EOS, successor_model
+from tests.conftest import piece_tokenizer, successor_model
 
 FENCE_TAGS = ("", "python", "json", "toml", "yaml")
 CLOSE = "```"
@@ -32,25 +32,9 @@ def chunks(text: str) -> list[str]:
 
 
 def build_tokenizer(pieces: list[str]):
-    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
-    from tokenizers.pre_tokenizers import ByteLevel
-    from transformers import PreTrainedTokenizerFast
-
-    alphabet = sorted(ByteLevel.alphabet())
-    tok = Tokenizer(models.BPE(vocab={c: i for i, c in enumerate(alphabet)}, merges=[]))
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
-    tok.decoder = decoders.ByteLevel()
-    tok.add_special_tokens(["<|im_start|>", EOS, "<|endoftext|>"])
+    """One token per answer piece, per fence opener and for the closing fence."""
     openers = [f"```{tag}\n" for tag in FENCE_TAGS]
-    unique = list(dict.fromkeys([*pieces, *openers, CLOSE]))
-    tok.add_tokens([AddedToken(p, normalized=False) for p in unique])
-    return PreTrainedTokenizerFast(
-        tokenizer_object=tok,
-        eos_token=EOS,
-        pad_token="<|endoftext|>",
-        chat_template=CHAT_TEMPLATE,
-        model_max_length=32768,
-    )
+    return piece_tokenizer(list(dict.fromkeys([*pieces, *openers, CLOSE])))
 
 
 def _id(tokenizer, text: str) -> int:

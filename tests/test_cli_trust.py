@@ -67,7 +67,12 @@ NOTEBOOK = json.dumps(
 @pytest.fixture(scope="module")
 def models(tmp_path_factory, tiny_models):
     root = tmp_path_factory.mktemp("trust-models")
-    answers = {"fragment": FRAGMENT, "json-comment": CONFIG_COMMENTED, "lost": LONG_DOCSTRING}
+    answers = {
+        "fragment": FRAGMENT,
+        "json-comment": CONFIG_COMMENTED,
+        "lost": LONG_DOCSTRING,
+        "empty": "",  # the model closes the fence at once
+    }
     return {**tiny_models, **build_models(root, answers, extra=(INVENTORY, CONFIG_JSON, LONG))}
 
 
@@ -232,6 +237,15 @@ def test_fragment_over_a_file_is_refused(cli, tmp_path, name, why):
         assert shown.stdout == ""
     forced = cli(path, "-i", "add a docstring", "--force", model="fragment")
     assert forced.exit_code == 0 and path.read_text() == FRAGMENT
+
+
+def test_an_empty_answer_writes_nothing(cli, tmp_path):
+    path = tmp_path / "inv.py"
+    path.write_text(INVENTORY)
+    before = snapshot(path)
+    r = cli(path, "-i", "add a docstring to the tagged method", model="empty")
+    assert r.exit_code == 1 and f"{path}: refused" in r.stderr
+    assert snapshot(path) == before
 
 
 def test_output_file_is_guarded_too(cli, tmp_path):

@@ -23,7 +23,7 @@ def _single_thread():
 def test_topk_at_equals_prefill_topk_and_survives_compaction():
     model = tiny_model("qwen2")
     prompt = random_prompt(5)
-    runner = ModelRunner(model, hidden_layer=None, want_hidden=False)
+    runner = ModelRunner(model, hidden_layer=None, want_hidden=False, keep_final=True)
     _, topk = runner.prefill(prompt, top_k=4, chunk=16)
     n = len(prompt)
     assert torch.equal(runner.topk_at(list(range(n)), 4), topk)
@@ -41,7 +41,7 @@ def test_topk_at_equals_prefill_topk_and_survives_compaction():
 def test_context_looks_up_missing_rows_once():
     model = tiny_model("llama")
     prompt = random_prompt(2)
-    runner = ModelRunner(model, hidden_layer=None, want_hidden=False)
+    runner = ModelRunner(model, hidden_layer=None, want_hidden=False, keep_final=True)
     runner.prefill(prompt[:-1], 0)
     ctx = Context(prompt, len(prompt) + 8, 0, 3, "cpu", CostModel("cpu"))
     ctx.observed_topk(len(prompt) - 1)

@@ -76,7 +76,14 @@ def _decoder_layers(base: Any) -> Any:
 class ModelRunner:
     """Runs a causal LM one step at a time against a cache it owns."""
 
-    def __init__(self, model: Any, *, hidden_layer: int | None, want_hidden: bool) -> None:
+    def __init__(
+        self,
+        model: Any,
+        *,
+        hidden_layer: int | None,
+        want_hidden: bool,
+        keep_final: bool = False,
+    ) -> None:
 
         config = model.config
         if getattr(config, "is_encoder_decoder", False):
@@ -97,6 +104,7 @@ class ModelRunner:
         self.softcap = getattr(config, "final_logit_softcapping", None)
         self.vocab_size = getattr(lm_head, "out_features", None) or lm_head.weight.shape[0]
         self._captured: torch.Tensor | None = None
+        self._keep_final = keep_final  # for topk_at (drafters that use top-K rows)
         self._final: torch.Tensor | None = None  # [capacity, H] final hidden state per position
         self._hook = None
         if want_hidden:
@@ -160,8 +168,10 @@ class ModelRunner:
         return logits
 
     def _store_final(self, start: int, last: torch.Tensor) -> None:
-        """Keep the final hidden states ``last [n, H]`` of positions ``start ..`` (call in
-        inference mode)."""
+        """Keep the final hidden states ``last [n, H]`` of positions ``start ..`` when the
+        runner was asked to (``keep_final``; call in inference mode)."""
+        if not self._keep_final:
+            return
         end = start + last.shape[0]
         if self._final is None or self._final.shape[0] < end:
             size = (max(end, 2 * start, 1024), last.shape[1])

@@ -49,7 +49,12 @@ def stream(
     drafter = make_drafter(method, settings)
     gen_cfg = getattr(model, "generation_config", None)
     stops = StopChecker(config, tokenizer, getattr(gen_cfg, "eos_token_id", None))
-    runner = ModelRunner(model, hidden_layer=drafter.hidden_layer, want_hidden=drafter.wants_hidden)
+    runner = ModelRunner(
+        model,
+        hidden_layer=drafter.hidden_layer,
+        want_hidden=drafter.wants_hidden,
+        keep_final=drafter.wants_topk > 0,  # top-K rows on demand (ar and pld never ask)
+    )
     try:
         yield from _decode(runner, list(prompt_ids), config, drafter, stops)
     finally:
@@ -101,7 +106,8 @@ def _decode(
     ctx.record(0, hidden, topk)
     if top_k and not prompt_topk:
         ctx.observed_topk(len(prompt) - 1)
-    ctx.attach(runner)  # missing top-K rows on demand, from cached final hidden states
+    if top_k:
+        ctx.attach(runner)  # missing top-K rows on demand, from cached final hidden states
     drafter.start(ctx)
     stats.prefill_s = time.perf_counter() - t0
 

@@ -34,11 +34,6 @@ MODEL_FAILS = {
     "1_rename_function_bisect": "coder-1.5b drops code; the scope guard refuses it (exit 1)",
     "5_add_parameter_humanize": "coder-1.5b: naturalsize(1536, precision=2) is not '1.54 kB'",
     "6_print_to_logging_prune": "coder-1.5b uses `logger` without defining it (NameError)",
-    # An open bug, not the model: on this case coder-1.5b's bfloat16 output differs between
-    # adapld runs (928 / 921 tokens) and from ar (830): the batch-invariant kernels are not
-    # exact somewhere on this model (tree rows were bitwise equal in a 17-node probe). The
-    # edit passes or fails depending on which output comes out.
-    "3_add_docstrings_colorsys": "open bug: coder-1.5b bf16 adapld output is not identical to ar",
 }
 PARAMS = [
     pytest.param(t, marks=pytest.mark.xfail(reason=MODEL_FAILS[t.name], strict=False))

@@ -52,6 +52,26 @@ def test_render_order_and_opened_fence(tiny_tokenizer):
     assert p.ids[-1] == tiny_tokenizer.convert_tokens_to_ids("```python\n")
 
 
+def test_prompt_names_the_file_the_same_however_its_path_is_spelled(
+    tiny_tokenizer, tmp_path, monkeypatch
+):
+    """The same file gets the same prompt (so the same greedy output) however its path is
+    spelled; a file outside the working directory (a test's temporary copy) by its base name."""
+
+    def text(name: str) -> str:
+        return build_prompt(
+            load_template("default"), tiny_tokenizer, code="x = 1\n", instruction="i",
+            filename=name, lang="python",
+        ).text  # fmt: skip
+
+    monkeypatch.chdir(tmp_path)
+    assert text("app.py") == text("./app.py") == text(str(tmp_path / "app.py"))
+    assert text("src/app.py") == text(f"{tmp_path}/src/../src/app.py")
+    assert "`src/app.py`" in text("src/app.py")
+    assert "`app.py`" in text("/elsewhere/pytest-of-me/pytest-7/t0/app.py")
+    assert "`<stdin>`" in text("<stdin>")
+
+
 @pytest.mark.parametrize(
     ("generated", "trailing", "expected", "closed"),
     [

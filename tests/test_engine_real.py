@@ -1,7 +1,8 @@
 """The engine on the embedded pretrained model (slow: marked real): a draft tree's rows equal
 plain decoding's bit for bit in float32 and bfloat16 (batch-invariant kernels), and greedy
 AdaPLD output equals plain greedy decoding (and transformers' ``generate``) token for token
-on a real edit prompt, in far fewer forward passes, in the default dtype."""
+on a real edit prompt, in far fewer forward passes, in the default dtype; the same on the
+default model (coder-1.5b) over a real 760-token edit prompt."""
 
 from __future__ import annotations
 
@@ -71,3 +72,39 @@ def test_adapld_matches_plain_decoding(embedded):
     fixed = generate(model, prompt.ids, config, "adapld", settings=AdaPLDSettings(adaptive=False))
     assert fixed.tokens == ref
     assert fixed.stats.forward_passes * 3 < fixed.stats.new_tokens  # T > 3
+
+
+@pytest.mark.default_model
+def test_default_model_exact_on_a_long_real_prompt(monkeypatch):
+    """coder-1.5b (the default) in its default dtype, after a real 760-token edit prompt (the
+    colorsys docstring case): each row of a 17-node tree pass equals plain decoding bit for
+    bit, and greedy AdaPLD output equals plain greedy decoding token for token."""
+    from adapld_cli.bench.tasks import load_tasks
+    from adapld_cli.edit.prompt import build_prompt, load_template
+    from adapld_cli.model import load
+    from tests.test_edit_cases import CASES_PATH
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("TRANSFORMERS_OFFLINE", "1")
+    task = next(t for t in load_tasks(CASES_PATH) if t.name == "3_add_docstrings_colorsys")
+    loaded = load(device="cpu")
+    model = loaded.model
+    if model.adapld_kernels != "exact":
+        pytest.skip(f"batch-invariant kernels not in effect ({model.adapld_kernels})")
+    prompt = build_prompt(
+        load_template(),
+        loaded.tokenizer,
+        code=task.before,
+        instruction=task.instruction,
+        filename=task.filename,
+        lang="python",
+    )
+    assert len(prompt.ids) > 700
+    gen = torch.Generator().manual_seed(2)
+    tokens = torch.randint(0, 20000, (len(PARENTS),), generator=gen).tolist()
+    assert tree_vs_sequential(model, prompt.ids, tokens, PARENTS) == (len(PARENTS), 0.0)
+    config = GenerationConfig(max_new_tokens=160)
+    ref = generate(model, prompt.ids, config, "ar").tokens
+    out = generate(model, prompt.ids, config, "adapld")
+    assert out.tokens == ref
+    assert out.stats.forward_passes * 2 < out.stats.new_tokens

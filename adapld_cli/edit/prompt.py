@@ -9,7 +9,11 @@ Template files (``prompts/*.txt``, shipped as ``adapld_cli.prompts``) are plain 
     ...text with {source}, {instruction}, {filename}, {language}...
     [assistant]         (optional: text the answer starts with, before the code fence)
 
-``{source}`` expands to the file inside a code fence tagged with the language. Placeholders
+``{source}`` expands to the file inside a code fence tagged with the language; ``{filename}``
+to :func:`prompt_filename` (the path relative to the working directory, or the base name of a
+file outside it), so the prompt, and hence the greedy output, does not depend on how the path
+was spelled (``app.py``, ``./app.py``, ``$PWD/app.py``) nor on where a temporary copy lives.
+Placeholders
 are substituted in one pass, so braces or placeholder names inside the file or the
 instruction are left alone.
 
@@ -22,6 +26,7 @@ generated text back into the file, restoring the original's trailing-newline sta
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -117,6 +122,17 @@ class Prompt:
     stop_string: str  # "\n" + fence
 
 
+def prompt_filename(name: str, cwd: str | None = None) -> str:
+    """How the prompt names the file given as ``name``: its path relative to ``cwd`` (default:
+    the working directory) when it lies inside it (``src/app.py``), else its base name
+    (``/tmp/x/app.py`` -> ``app.py``); ``name`` itself when it has neither (``<stdin>``)."""
+    here = Path(os.path.abspath(cwd or os.getcwd()))
+    try:
+        return Path(os.path.abspath(name)).relative_to(here).as_posix()
+    except ValueError:
+        return Path(name).name or name
+
+
 def render(
     template: PromptTemplate,
     tokenizer: Any,
@@ -133,7 +149,7 @@ def render(
     values = {
         "source": block,
         "instruction": instruction.strip(),
-        "filename": filename,
+        "filename": prompt_filename(filename),
         "language": display_name(lang),
     }
     user = _PLACEHOLDER.sub(lambda m: values[m.group(1)], template.user)

@@ -331,6 +331,7 @@ def test_read_only_file_is_refused_unless_forced(cli, source_file, texts):
     forced = cli(source_file, "-i", "rename", "--force")
     assert forced.exit_code == 0 and source_file.read_text() == texts.renamed
     assert stat.S_IMODE(source_file.stat().st_mode) == 0o444
+    assert "written although read-only (mode 0444 kept)" in forced.stderr  # said, not silent
 
 
 def test_fifo_is_refused_before_the_model_loads(cli, tmp_path):

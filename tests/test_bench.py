@@ -151,6 +151,16 @@ def test_parse_methods():
         parse_methods("ar,fast")
 
 
+def test_ablations_and_variants_settings():
+    from adapld_cli.bench.methods import settings_for
+
+    assert settings_for("adapld").semantic is None  # device default: CUDA only
+    assert settings_for("adapld-semantic").semantic is True  # the CPU comparison
+    assert settings_for("adapld-no-semantic").semantic is False
+    assert settings_for("adapld-no-branches").branches is False
+    assert settings_for("ar") is None and "adapld-semantic" in parse_methods("all")
+
+
 def test_bad_input_exits_2_before_loading(tmp_path):
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"instruction_descriptive": "x"}\n')

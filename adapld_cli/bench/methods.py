@@ -16,6 +16,8 @@ Method names: the engine's (``ar``, ``pld``, ``adapld``) come from
   prefill), so their ``prefill_s`` is that first pass.
 - ``adapld-no-<component>``: adapld with one component switched off
   (:meth:`AdaPLDSettings.without`): semantic, branches, cursor, rerank, adaptive.
+- ``adapld-semantic``: adapld with the semantic fallback forced on (its default is on for
+  CUDA only, so on a CPU ``adapld`` already runs without it and this is the comparison).
 
 Engine methods and ablations are lossless by construction: an output that differs from ``ar``
 is a bug. The transformers baselines run other code (and possibly other kernels), so for them
@@ -25,6 +27,7 @@ a difference is reported but is not an adapld bug (see :data:`BASELINES`).
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from typing import Any
 
 from adapld_cli.bench.hf import run_generate
@@ -44,7 +47,11 @@ ABLATIONS = {
     "adapld-no-rerank": "rerank",
     "adapld-no-adaptive": "adaptive",
 }
-ALL_METHODS = (Method.ar.value, *BASELINES, Method.pld.value, Method.adapld.value, *ABLATIONS)
+# variants switching on a component that is off by default on this device
+VARIANTS: dict[str, dict[str, bool]] = {"adapld-semantic": {"semantic": True}}
+ALL_METHODS = (
+    Method.ar.value, *BASELINES, Method.pld.value, Method.adapld.value, *ABLATIONS, *VARIANTS
+)  # fmt: skip
 DEFAULT_METHODS = (Method.ar.value, *BASELINES, Method.pld.value, Method.adapld.value)
 
 
@@ -83,6 +90,8 @@ def settings_for(name: str, base: AdaPLDSettings | None = None) -> AdaPLDSetting
         return base
     if name in ABLATIONS:
         return base.without(ABLATIONS[name])
+    if name in VARIANTS:
+        return replace(base, **VARIANTS[name])
     return None
 
 
@@ -102,7 +111,7 @@ def run_method(
         )
     from adapld_cli.engine import generate  # imports torch: only when a benchmark runs
 
-    engine_method = Method.adapld.value if name in ABLATIONS else name
+    engine_method = Method.adapld.value if name in ABLATIONS or name in VARIANTS else name
     assert engine_method in METHODS, name
     t0 = time.perf_counter()
     result = generate(

@@ -20,7 +20,7 @@ from typing import Annotated, Any
 
 import typer
 
-from adapld_cli.bench.methods import ABLATIONS, ALL_METHODS, DEFAULT_METHODS
+from adapld_cli.bench.methods import ABLATIONS, ALL_METHODS, DEFAULT_METHODS, VARIANTS
 from adapld_cli.cli.app import app
 from adapld_cli.cli.options import DeviceOpt, DtypeOpt, ModelOpt, ThreadsOpt
 
@@ -34,12 +34,13 @@ HELP = (
     "else is a bug and exits 1)."
 )
 EPILOG = (
-    f"Methods: {', '.join(m for m in ALL_METHODS if m not in ABLATIONS)}, and ablations "
-    f"{', '.join(ABLATIONS)} ('all' = every one).\n\n"
+    f"Methods: {', '.join(m for m in ALL_METHODS if m not in ABLATIONS and m not in VARIANTS)}; "
+    f"ablations {', '.join(ABLATIONS)}; {', '.join(VARIANTS)} (the semantic fallback forced on: "
+    "by default it runs on CUDA only) ('all' = every one).\n\n"
     "Examples:\n\n"
     "  adapld bench                                   (built-in suite, default methods)\n\n"
     "  adapld bench --tasks canitedit.jsonl --limit 20 --json out.json --plot out.png\n\n"
-    "  adapld bench --methods ar,adapld,adapld-no-semantic --json - > ablation.json\n\n"
+    "  adapld bench --methods ar,adapld,adapld-semantic,adapld-no-branches --json - > abl.json\n\n"
     "  adapld bench --verify-cost                     (cost of a pass over n tokens)\n\n"
     "Exit codes: 0 done · 1 an output differed from ar · 2 bad usage or input · 130 "
     "interrupted (partial results are still written)."

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from adapld_cli.engine.adapter import ModelRunner, UnsupportedModelError
-from adapld_cli.engine.cost import CostModel
+from adapld_cli.engine.cost import PRIOR, CostModel
 from adapld_cli.engine.ngram import NgramIndex
 from adapld_cli.engine.stops import StopChecker
 from adapld_cli.engine.tree import DraftTree, accept, tree_mask
@@ -148,15 +148,15 @@ def test_unsupported_model_is_a_clear_error():
 
 def test_cost_model_learns_the_measured_curve():
     cm = CostModel("cpu")
-    assert cm.ratio(64) == pytest.approx(5.1)  # the prior before any measurement
+    assert cm.ratio(64) == pytest.approx(PRIOR["cpu"][64])  # the prior before any measurement
     for _ in range(10):
         cm.observe(1, 0.1)
         cm.observe(33, 0.1 * 17)
     assert cm.step_s == pytest.approx(0.1)
     assert cm.ratio(1) == pytest.approx(1.0)
     assert cm.ratio(33) == pytest.approx(17.0)
-    assert cm.ratio(2) == pytest.approx(1.5)  # unmeasured: prior shape, scaled to the step
-    assert 1.5 <= cm.ratio(20) <= 17.0
+    assert cm.ratio(2) == pytest.approx(PRIOR["cpu"][2])  # unmeasured: prior shape, scaled
+    assert PRIOR["cpu"][2] <= cm.ratio(20) <= 17.0
     sizes = [1, 2, 3, 5, 9, 17, 33, 65, 130]
     assert all(cm.ratio(a) <= cm.ratio(b) for a, b in zip(sizes, sizes[1:], strict=False))
     for _ in range(10):

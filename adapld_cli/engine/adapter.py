@@ -207,7 +207,7 @@ class ModelRunner:
 
         Returns ``(hidden [n, H] or None, topk [n, top_k] or None)``: the hooked layer's
         states and each position's top-K next-token ids, computed per chunk of positions.
-        The final hidden states are kept either way, for :meth:`topk_at`.
+        With ``keep_final`` the final hidden states are kept too, for :meth:`topk_at`.
         """
         hiddens, topks = [], []
         with torch.inference_mode():

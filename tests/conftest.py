@@ -92,39 +92,16 @@ def successor_model(
 ):
     """A tiny Qwen2 whose greedy next token after token ``a`` is ``following[a]`` (attention
     and MLP outputs zeroed: the LM head reads the current token's embedding)."""
-    import torch
-    from transformers import Qwen2Config, Qwen2ForCausalLM
+    from tests.tiny_models import successor_lm
 
-    vocab = len(tokenizer)
-    hidden = 256
-    config = Qwen2Config(
-        vocab_size=vocab,
-        hidden_size=hidden,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
+    model = successor_lm(
+        len(tokenizer),
+        following,
+        seed=seed,
         max_position_embeddings=max_positions,
-        tie_word_embeddings=False,
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
-        bos_token_id=None,
-        torch_dtype="float32",
     )
-    torch.manual_seed(seed)
-    model = Qwen2ForCausalLM(config).to(torch.float32).eval()
-    gen = torch.Generator().manual_seed(seed)
-    embed = torch.randn(vocab, hidden, generator=gen)
-    embed = embed / embed.norm(dim=1, keepdim=True)
-    head = torch.zeros(vocab, hidden)
-    for a, b in following.items():
-        head[b] += 20.0 * embed[a]
-    with torch.no_grad():
-        model.model.embed_tokens.weight.copy_(embed)
-        model.lm_head.weight.copy_(head)
-        for layer in model.model.layers:
-            layer.self_attn.o_proj.weight.zero_()
-            layer.mlp.down_proj.weight.zero_()
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     return model

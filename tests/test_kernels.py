@@ -1,8 +1,12 @@
-"""Prepacked, batch-invariant CPU kernels (adapld_cli.model.kernels) on tiny models: a draft
-tree's rows equal sequential single-token rows bit for bit in float32 and bfloat16, so greedy
-AdaPLD is exactly plain decoding; fallbacks and modes."""
+"""Prepacked, batch-invariant CPU kernels (adapld_cli.model.kernels) on tiny Qwen2, Llama
+and GPT-2 models: a draft tree's rows (up to the widest pass the engine makes) equal
+sequential single-token rows bit for bit in float32 and bfloat16, so greedy AdaPLD is exactly
+plain decoding; fallbacks and modes."""
 
 from __future__ import annotations
+
+import random
+from collections import Counter
 
 import pytest
 import torch
@@ -14,8 +18,29 @@ from adapld_cli.model import kernels
 from tests.tiny_models import one_thread, random_prompt, tiny_model
 
 DTYPES = [torch.float32, torch.bfloat16]
+ARCHS = ["qwen2", "llama", "gpt2"]
 # a 10-node chain from the root, a 5-node branch under node 3, a 2-node branch at the root
 PARENTS = [-1, *range(9), 3, 10, 11, 12, 13, 0, 15]
+# the widest pass the engine makes: the root plus the default node budget
+WIDEST = AdaPLDSettings().node_budget + 1
+
+
+def dfs_tree(n: int, seed: int, chain: int = 40) -> list[int]:
+    """Parents of an ``n``-node draft tree in depth-first order, as the drafter builds them:
+    a ``chain``-node copied chain from the root, the other nodes hung under random earlier
+    nodes (branches of every depth), renumbered so each subtree is contiguous."""
+    rng = random.Random(seed)
+    parents = [-1] + [i - 1 if i <= chain else rng.randrange(i) for i in range(1, n)]
+    children: list[list[int]] = [[] for _ in range(n)]
+    for i, p in enumerate(parents[1:], 1):
+        children[p].append(i)
+    order, todo = [], [0]
+    while todo:
+        node = todo.pop()
+        order.append(node)
+        todo.extend(reversed(children[node]))
+    new = {old: i for i, old in enumerate(order)}
+    return [-1 if parents[old] < 0 else new[parents[old]] for old in order]
 
 
 @pytest.fixture(autouse=True)
@@ -28,7 +53,8 @@ def _env(monkeypatch):
 def tree_vs_sequential(model, prefix: list[int], tokens: list[int], parents: list[int]):
     """Logits of one tree pass over ``tokens`` (after ``prefix``) vs each node's logits from
     plain decoding of its root path, one token per pass (each node fed once: the cache is
-    rolled back to the branch point). Returns ``(rows bitwise equal, max |diff|)``."""
+    rolled back to the branch point; ``parents`` in depth-first order, as the drafter builds
+    trees). Returns ``(rows bitwise equal, max |diff|)``."""
     runner = ModelRunner(model, hidden_layer=None, want_hidden=False)
     runner.prefill(prefix, 0)
     past = runner.cache_len
@@ -57,34 +83,50 @@ def _packed(arch: str, dtype: torch.dtype, mode: str = "exact", **kw):
     return model
 
 
+@pytest.mark.parametrize("tree", ["17-node", "widest"])
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-@pytest.mark.parametrize("arch", ["qwen2", "llama"])
-def test_tree_rows_bitwise_equal_sequential_rows(arch, dtype):
+@pytest.mark.parametrize("arch", ARCHS)
+def test_tree_rows_bitwise_equal_sequential_rows(arch, dtype, tree):
+    parents = PARENTS if tree == "17-node" else dfs_tree(WIDEST, seed=0)
     gen = torch.Generator().manual_seed(1)
     prefix = torch.randint(0, 48, (70,), generator=gen).tolist()
-    tokens = torch.randint(0, 48, (len(PARENTS),), generator=gen).tolist()
+    tokens = torch.randint(0, 48, (len(parents),), generator=gen).tolist()
     model = _packed(arch, dtype)
-    assert tree_vs_sequential(model, prefix, tokens, PARENTS) == (len(PARENTS), 0.0)
+    assert tree_vs_sequential(model, prefix, tokens, parents) == (len(parents), 0.0)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_packed_linear_close_to_linear_and_batch_invariant(dtype):
+    """Every row count up to the longest exact pass (beyond the widest draft tree) gives each
+    row bit for bit what it gets alone, for 1- and 3-chunk reductions."""
+    from transformers.pytorch_utils import Conv1D
+
     torch.manual_seed(0)
+    rows = kernels.EXACT_MAX_QUERIES
+    assert rows >= WIDEST
     for k, n, bias in ((64, 40, True), (2500, 96, True), (2100, 80, False)):  # 1, 3, 3 chunks
         linear = torch.nn.Linear(k, n, bias=bias).to(dtype)
         packed = kernels.packed_linear_class()(linear)
         assert len(packed.chunks) == -(-k // kernels.K_CHUNK)
-        x = torch.randn(40, k).to(dtype)
+        x = torch.randn(rows, k).to(dtype)
         with torch.inference_mode():
             ref = linear(x).float()
             out = packed(x)
-            alone = torch.cat([packed(x[i : i + 1]) for i in range(40)])
-            for m in range(1, 41):
+            alone = torch.cat([packed(x[i : i + 1]) for i in range(rows)])
+            for m in range(1, rows + 1):
                 assert torch.equal(packed(x[:m]), alone[:m]), (k, m)
         tol = 1e-4 if dtype == torch.float32 else 3e-2
-        assert out.dtype == dtype and out.shape == (40, n)
+        assert out.dtype == dtype and out.shape == (rows, n)
         assert torch.allclose(out.float(), ref, atol=tol * ref.abs().max().item(), rtol=0)
-        assert packed(x[None]).shape == (1, 40, n)  # leading dims kept
+        assert packed(x[None]).shape == (1, rows, n)  # leading dims kept
+    conv = Conv1D(40, 64).to(dtype)  # GPT-2's linear layer, weight stored [in, out]
+    packed = kernels.packed_linear_class()(conv)
+    x = torch.randn(rows, 64).to(dtype)
+    with torch.inference_mode():
+        ref, out = conv(x).float(), packed(x)
+        alone = torch.cat([packed(x[i : i + 1]) for i in range(rows)])
+    assert torch.equal(out, alone)
+    assert torch.allclose(out.float(), ref, atol=tol * ref.abs().max().item(), rtol=0)
 
 
 def test_query_plan_of_masks():
@@ -147,14 +189,23 @@ def test_tied_embeddings_keep_working(dtype):
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-def test_greedy_adapld_is_plain_decoding_in_any_dtype(dtype):
-    model = _packed("qwen2", dtype)
-    full = AdaPLDSettings(
-        adaptive=False, semantic=True, sim_floor=-1.0, node_budget=24, topk_lookup=True
-    )
-    for seed in range(4):
+@pytest.mark.parametrize("arch", ARCHS)
+def test_greedy_adapld_is_plain_decoding_in_any_dtype(arch, dtype):
+    """With the exact kernels on, greedy AdaPLD in float32 and bfloat16 emits plain decoding's
+    tokens, through full trees of the default budget (passes up to WIDEST rows) whose copied,
+    branch and semantic drafts were all accepted somewhere."""
+    model = _packed(arch, dtype)
+    full = AdaPLDSettings(adaptive=False, semantic=True, sim_floor=-1.0, topk_lookup=True)
+    accepted: Counter = Counter()
+    for seed in range(6):
         prompt = random_prompt(seed)
         cfg = GenerationConfig(max_new_tokens=40)
         ref = generate(model, prompt, cfg, "ar").tokens
-        assert generate(model, prompt, cfg, "adapld").tokens == ref
-        assert generate(model, prompt, cfg, "adapld", settings=full).tokens == ref
+        assert generate(model, prompt, cfg, "adapld").tokens == ref, seed
+        out = generate(model, prompt, cfg, "adapld", settings=full)
+        assert out.tokens == ref, seed
+        s = out.stats
+        accepted.update(
+            lexical=s.lexical_accepted, branch=s.branch_accepted, semantic=s.semantic_accepted
+        )
+    assert min(accepted["lexical"], accepted["branch"], accepted["semantic"]) > 0, accepted

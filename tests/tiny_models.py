@@ -1,4 +1,5 @@
-"""Tiny randomly initialised causal LMs (float64) for engine tests: Llama, Qwen2, GPT-2."""
+"""Tiny causal LMs for engine tests: randomly initialised Llama, Qwen2 and GPT-2 (float64 by
+default), and successor models whose next token is scripted (:func:`successor_lm`)."""
 
 from __future__ import annotations
 
@@ -58,6 +59,59 @@ def tiny_model(arch: str, seed: int = 0, dtype: str = "float64"):
     model = model.to(getattr(torch, dtype)).eval()
     model.generation_config.eos_token_id = None
     return model
+
+
+def successor_lm(
+    vocab: int,
+    following: dict[int, int],
+    *,
+    hidden: int = 256,
+    strength: float = 20.0,
+    mix: float = 0.0,
+    seed: int = 0,
+    dtype: str = "float32",
+    **config,
+):
+    """A tiny Qwen2 whose favourite next token after ``a`` is ``following[a]``.
+
+    Embedding rows are random unit vectors and each LM-head row ``b`` adds ``strength`` times
+    the embedding of every token ``b`` must follow, so after ``a`` the logit of
+    ``following[a]`` is ``strength`` and the others are ``strength`` times a random cosine
+    (about ``strength / sqrt(hidden)``). ``mix`` scales the attention and MLP output
+    projections: ``0`` zeroes them (the residual stream is the current token's embedding:
+    a pure bigram map, deterministic by construction), a small positive value lets the
+    context shift the logits a little, as in a real model. ``config`` goes to ``Qwen2Config``.
+    """
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    cfg = Qwen2Config(
+        vocab_size=vocab,
+        hidden_size=hidden,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        tie_word_embeddings=False,
+        bos_token_id=None,
+        torch_dtype="float32",
+        **config,
+    )
+    torch.manual_seed(seed)
+    model = Qwen2ForCausalLM(cfg).to(torch.float32).eval()
+    gen = torch.Generator().manual_seed(seed)
+    embed = torch.randn(vocab, hidden, generator=gen)
+    embed = embed / embed.norm(dim=1, keepdim=True)
+    head = torch.zeros(vocab, hidden)
+    for a, b in following.items():
+        head[b] += strength * embed[a]
+    with torch.no_grad():
+        model.model.embed_tokens.weight.copy_(embed)
+        model.lm_head.weight.copy_(head)
+        for layer in model.model.layers:
+            layer.self_attn.o_proj.weight.mul_(mix)
+            layer.mlp.down_proj.weight.mul_(mix)
+    return model.to(getattr(torch, dtype))
 
 
 def random_prompt(seed: int, repeats: bool = True) -> list[int]:

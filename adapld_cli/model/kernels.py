@@ -3,7 +3,8 @@
 Contract: :func:`apply` rewires a Hugging Face model in place, once, right after loading, so
 that on a CPU (float32, or bfloat16 where oneDNN supports it):
 
-- every ``nn.Linear`` (the LM head included) runs oneDNN with weights reordered once
+- every ``nn.Linear`` (the LM head included) and GPT-2's ``Conv1D`` (a linear layer stored
+  transposed) runs oneDNN with weights reordered once
   (``torch.ops.mkldnn._reorder_linear_weight`` + ``_linear_pointwise``). Torch's default
   ``F.linear`` runs a 2- or 3-row input as separate matrix-vector products, so a small
   verification pass costs 2-3 single steps; prepacked, a 16-token pass costs about one.
@@ -101,10 +102,12 @@ def _packed_linear_class() -> type:
         than :data:`K_CHUNK` are reduced in fixed chunks, summed in float32 in chunk order.
         """
 
-        def __init__(self, linear: torch.nn.Linear) -> None:
+        def __init__(self, linear: torch.nn.Module) -> None:
             super().__init__()
-            w = linear.weight.detach()  # [out, in]
-            self.in_features, self.out_features = linear.in_features, linear.out_features
+            w = linear.weight.detach()  # [out, in]; a Conv1D stores [in, out]
+            if not isinstance(linear, torch.nn.Linear):
+                w = w.t()
+            self.out_features, self.in_features = w.shape
             self.dtype = w.dtype
             self.bias = None if linear.bias is None else linear.bias.detach().clone()
             self.chunks: list[tuple[int, int, torch.Tensor]] = []  # (start, end, packed)
@@ -149,8 +152,18 @@ def packed_linear_class() -> type:
     return _PACKED
 
 
+def _is_conv1d(module: Any) -> bool:
+    """GPT-2's ``Conv1D``: a linear layer whose weight is stored ``[in, out]``."""
+    try:
+        from transformers.pytorch_utils import Conv1D
+    except ImportError:  # pragma: no cover - transformers always has it
+        return False
+    return isinstance(module, Conv1D)
+
+
 def pack_linears(model: Any) -> int:
-    """Replace every ``nn.Linear`` of ``model`` by a ``PackedLinear``; returns how many.
+    """Replace every ``nn.Linear`` (and ``Conv1D``) of ``model`` by a ``PackedLinear``;
+    returns how many.
 
     The replaced layers' weights are dropped (except a tied LM head's, which the embedding
     still owns), so memory grows only by the packed copy of a tied head.
@@ -161,7 +174,7 @@ def pack_linears(model: Any) -> int:
     count = 0
     for module in list(model.modules()):
         for name, child in list(module.named_children()):
-            if isinstance(child, torch.nn.Linear):
+            if isinstance(child, torch.nn.Linear) or _is_conv1d(child):
                 setattr(module, name, cls(child))
                 count += 1
     return count

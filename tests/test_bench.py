@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from types import SimpleNamespace
 
 import pytest
@@ -141,7 +142,43 @@ def test_runner_random_model_all_identical(tiny_tokenizer, tmp_path):
     for name in ("hf-pld", "pld", "adapld"):  # drafts were both accepted and rejected
         s = doc["methods"][name]
         assert s["drafted_tokens"] > s["accepted_draft_tokens"] > 0, name
-    assert markdown(doc).count("\n") > 5
+    _check_markdown(markdown(doc), doc)
+
+
+def _check_markdown(text, doc):
+    """The report's three tables: every method and task, with the summary's numbers (timing
+    cells only checked for their format)."""
+    methods = list(ALL_METHODS)
+    tables = [
+        [[c.strip() for c in line.strip("|").split("|")] for line in block.splitlines()]
+        for block in text.rstrip("\n").split("\n\n")
+    ]
+    assert len(tables) == 3 and all(t[1] == ["---"] * len(t[0]) for t in tables)
+    speed, draft, per_task = (t[2:] for t in tables)
+    assert tables[0][0] == ["method", "tasks", "tokens", "e2e s", "tok/s", "decode tok/s",
+                            "speedup", "median", "= ar", "pass@1"]  # fmt: skip
+    assert [row[0] for row in speed] == [row[0] for row in draft] == methods
+    for row in speed:
+        assert row[1:3] == ["2", "80"] and row[8:] == ["2/2", "-"], row  # no --run-tests
+        assert all(re.fullmatch(r"\d+\.\d+x?", cell) for cell in row[3:8]), row
+    assert speed[0][6:8] == ["1.00x", "1.00x"]  # ar against itself
+    assert tables[1][0] == ["method", "F", "T", "draft acc", "no-hit", "sem steps/acc",
+                            "branch steps/acc", "peak MiB"]  # fmt: skip
+    for row in draft:
+        s = doc["methods"][row[0]]
+        assert row[1:3] == [str(s["forward_passes"]), f"{s['mean_accepted']:.2f}"], row
+        if s["drafted_tokens"]:
+            rates = f"{s['draft_acceptance']:.0%}", f"{s['lexical_nohit_rate']:.0%}"
+            assert tuple(row[3:5]) == rates, row
+        assert row[5] == f"{s['semantic_steps']}/{s['semantic_accepted']}", row
+        assert row[6] == f"{s['branch_steps']}/{s['branch_accepted']}", row
+    for row, name in zip(draft, ("ar", "hf"), strict=False):  # one token per pass, no drafts
+        assert row[:7] == [name, "80", "1.00", "-", "-", "0/0", "0/0"]
+    assert tables[2][0] == ["task", "tokens", *[f"{m} x (T)" for m in methods]]
+    assert [row[:3] for row in per_task] == [["0_rename", "40", "1.00x (1.0)"],
+                                             ["1_rename", "40", "1.00x (1.0)"]]  # fmt: skip
+    for row in per_task:  # no "**≠ar**" mark: every output equals ar's
+        assert all(re.fullmatch(r"\d+\.\d\dx \(\d+\.\d\)", cell) for cell in row[2:]), row
 
 
 def test_parse_methods():
@@ -164,14 +201,17 @@ def test_ablations_and_variants_settings():
 def test_bad_input_exits_2_before_loading(tmp_path):
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"instruction_descriptive": "x"}\n')
-    for args in (
-        ["bench", "--methods", "ar,warp"],
-        ["bench", "--tasks", str(bad)],
-        ["bench", "--tasks", str(tmp_path / "missing.jsonl")],
-        ["bench", "--set", "node_budget=lots"],
-        ["bench", "--json", "-", "--markdown", "-"],
-    ):
-        r = CliRunner().invoke(app, [*args, "--model", str(tmp_path / "no-such-model")])
+    missing = tmp_path / "missing.jsonl"
+    known = ", ".join(ALL_METHODS)
+    both = "only one of --json and --markdown can go to stdout ('-')"
+    for args, message in (
+        (["--methods", "ar,warp"], f"--methods: unknown method 'warp' (choose from {known}, all)"),
+        (["--tasks", str(bad)], f"{bad}:1: missing the 'before' text"),
+        (["--tasks", str(missing)], f"--tasks {missing}: cannot read (No such file or directory)"),
+        (["--set", "node_budget=lots"], "--set node_budget=lots: bad value for node_budget (int)"),
+        (["--json", "-", "--markdown", "-"], both),
+    ):  # fmt: skip
+        r = CliRunner().invoke(app, ["bench", *args, "--model", str(tmp_path / "no-such-model")])
         assert r.exit_code == 2, (args, r.output)
         assert r.stdout == ""
-        assert "error" in r.stderr
+        assert r.stderr == f"adapld: error: {message}\n"  # one line, however long; no model

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import re
+import signal
+import time
 import types
 
 import pytest
@@ -56,35 +58,65 @@ def test_hf_plain_greedy_equals_ar_one_token_per_pass():
     assert s.accept_hist == {1: 24} and s.lexical_steps == s.lexical_nohit_steps == 0
 
 
-def _loaded(tmp_path, model):
+def _loaded(tmp_path, model, dtype):
     model.save_pretrained(tmp_path / "m")
-    return types.SimpleNamespace(model=model, path=tmp_path / "m", dtype="float64", device="cpu")
+    return types.SimpleNamespace(model=model, path=tmp_path / "m", dtype=dtype, device="cpu")
 
 
-def test_stock_model_shared_when_stock_else_a_fresh_copy(tmp_path):
-    model = tiny_model("llama")
-    stock = StockModel(_loaded(tmp_path, model))
+def test_stock_model_shared_when_stock_else_a_fresh_copy(tmp_path, monkeypatch):
+    import torch
+
+    from adapld_cli.model import kernels
+
+    monkeypatch.delenv(kernels.ENV_KERNELS, raising=False)  # the default: exact
+    model = tiny_model("llama", dtype="float32")
+    ids = torch.tensor([random_prompt(0)])
+    with torch.inference_mode():
+        before = model(ids).logits
+    stock = StockModel(_loaded(tmp_path, model, "float32"))
     assert stock.describe() is None
     assert is_stock(model) and stock.get() is model and stock.shared
     assert "shared" in stock.describe()
 
-    lin = model.model.layers[0].mlp.down_proj
-    lin.forward = lambda x: lin.weight.new_zeros(*x.shape[:-1], lin.out_features)  # "kernels"
+    reason = kernels.supported(model)
+    if reason is not None:
+        pytest.skip(f"adapld's CPU kernels cannot run here: {reason}")
+    assert kernels.apply(model) == "exact"  # what adapld's loading does to its model
     assert not is_stock(model)
     copy = stock.get()
     assert copy is not model and is_stock(copy) and not stock.shared
-    assert copy.dtype == model.dtype and stock.get() is copy  # loaded once
+    assert copy.dtype == model.dtype == torch.float32 and stock.get() is copy  # loaded once
+    assert getattr(copy, "adapld_kernels", "stock") == "stock"
+    assert isinstance(copy.lm_head, torch.nn.Linear)
+    assert copy.config._attn_implementation != kernels.ATTENTION
+    with torch.inference_mode():
+        assert torch.equal(copy(ids).logits, before)  # the model as saved, run as transformers
     assert "from_pretrained" in stock.describe()
 
 
 def test_verify_cost_curve_shape():
     model = tiny_model("gpt2")  # 1,024 positions: the context is shortened to fit
     assert fitting_context(model, 1000, 64) == 960
-    points = measure(model, context=1000, sizes=(1, 2, 8), repeats=2)
-    assert [p.n for p in points] == [1, 2, 8]
-    assert points[0].ratio == 1.0 and all(p.ms > 0 and p.ratio > 0 for p in points)
+    passes = []  # (new tokens, cached tokens) of every forward pass, as the model sees it
+
+    def seen(_module, args, kwargs):
+        cache = kwargs.get("cache", kwargs.get("past_key_values"))
+        passes.append((args[0].shape[-1], cache.get_seq_length()))
+
+    hook = model.register_forward_pre_hook(seen, with_kwargs=True)
+    try:
+        points = measure(model, context=1000, sizes=(1, 2, 64), repeats=2)
+    finally:
+        hook.remove()
+    # the cache is filled once (shortened to fit the largest pass), then each size runs one
+    # warm-up pass and `repeats` timed ones, every one over the same cache (cropped back)
+    assert passes == [(960, 0)] + [(n, 960) for n in (1, 2, 64) for _ in range(3)]
+    assert [p.n for p in points] == [1, 2, 64]
+    assert points[0].ratio == 1.0  # each ratio is its median over the n = 1 median
+    assert all(p.ratio == pytest.approx(p.ms / points[0].ms) for p in points)
     text = format_curve(points, "title")
-    assert text.splitlines()[0] == "title" and len(text.splitlines()) == 5
+    assert text.splitlines()[:2] == ["title", "   n         ms    x n=1"]
+    assert text.splitlines()[2:] == [f"{p.n:>4}  {p.ms:>9.1f}  {p.ratio:>7.2f}" for p in points]
     with pytest.raises(ValueError):
         fitting_context(model, 1000, 2000)
 
@@ -147,26 +179,41 @@ def test_help_has_no_type_metavars():
     assert "KEY=VALUE" in r.stdout and "--verify-cost" in r.stdout
 
 
-def test_interrupted_run_keeps_rows_and_exits_130():
-    """Ctrl-C during a run: the rows measured so far are reported, ``meta`` says so, exit 130."""
-    from adapld_cli.bench import BenchOptions
+def test_interrupted_run_keeps_rows_and_exits_130(tiny_models, tmp_path):
+    """Ctrl-C during a real `adapld bench` run: the rows measured so far are reported, ``meta``
+    says so, exit 130. The second task's reference tests block (a script that sleeps), so the
+    signal arrives once the first task's rows are reported and before anything else is."""
+    from tests.conftest import RENAMED, SOURCE
+    from tests.test_panel import _finish, _spawn
 
-    class Runner:
-        loaded = types.SimpleNamespace(name="m", source="local", device="cpu", dtype="float32")
-        tasks = ["t"]
-        options = BenchOptions(methods=["ar", "adapld"])
-        rows, skipped, reference_pass, warmup_s, stock = [], [], {}, 0.0, None
-
-        def run(self):
-            self.rows.append(_row("t", "ar", True))
-            raise KeyboardInterrupt
-
-    said = []
-    results = BenchResults.measure(
-        Runner(), tasks_file=None, instruction="lazy", on_interrupt=lambda: said.append(1)
-    )
-    doc = results.document()
-    assert said == [1] and results.interrupted and doc["meta"]["interrupted"]
-    assert [r["method"] for r in doc["tasks"]] == ["ar"] and results.exit_code(doc) == 130
-    assert doc["meta"]["instruction"] == "lazy" and doc["meta"]["tasks_file"].endswith(".jsonl")
+    task = {"before": SOURCE, "instruction_descriptive": "Rename foo to bar.", "after": RENAMED}
+    blocks = "import time\ntime.sleep(120)\n"
+    rows = [{**task, "full_name": "0_rename"}, {**task, "full_name": "1_blocks", "tests": blocks}]
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    args = ["bench", "--model", str(tiny_models["rename"]), "--tasks", str(tasks),
+            "--methods", "ar,adapld", "--run-tests", "--test-timeout", "120", "--no-warmup",
+            "--threads", "1", "--json", "-"]  # fmt: skip
+    proc, chunks, reader, master = _spawn(args, {}, tmp_path)
+    deadline = time.monotonic() + 120
+    while proc.poll() is None and time.monotonic() < deadline:
+        if b"[2/4]" in b"".join(chunks):  # the first task's two rows are reported
+            break
+        time.sleep(0.1)
+    running, reported = proc.poll() is None, b"[2/4]" in b"".join(chunks)
+    proc.send_signal(signal.SIGINT if reported else signal.SIGKILL)  # (out of time: kill)
+    stdout = _finish(proc, reader, master, timeout=60)
+    err = re.sub(r"\x1b\[[0-9;?]*[a-zA-Z]", "", b"".join(chunks).decode("utf-8", "replace"))
+    assert running and reported and "[2/4] 0_rename adapld" in err, err
+    assert proc.returncode == 130, err
+    assert "interrupted: reporting what was measured" in err and "Traceback" not in err
+    doc = json.loads(stdout)  # the JSON report still comes out, with what was measured
+    assert doc["meta"]["interrupted"] is True
+    assert [(r["task"], r["method"]) for r in doc["tasks"]] == [
+        ("0_rename", "ar"),
+        ("0_rename", "adapld"),
+    ]
+    assert all(r["identical_to_ar"] and r["status"] == "changed" for r in doc["tasks"])
+    assert doc["reference_pass"] == {} and doc["problems"] == []  # stopped in 1_blocks' tests
+    assert doc["meta"]["instruction"] == "descriptive" and doc["meta"]["tasks_file"] == str(tasks)
     assert doc["meta"]["baseline_model"] is None and "load_average_start" in doc["meta"]

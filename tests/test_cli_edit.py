@@ -211,9 +211,14 @@ def test_usage_errors(cli, source_file, args, needle):
 
 
 def test_usage_errors_on_paths(cli, source_file, tmp_path):
-    assert "exactly one" in cli(source_file, source_file, "-i", "x", "-o", tmp_path / "o").stderr
+    before = snapshot(source_file)
+    r = cli(source_file, source_file, "-i", "x", "-o", tmp_path / "o")
+    assert r.exit_code == 2 and r.stdout == ""
+    assert r.stderr == "adapld: error: --output takes exactly one input path\n"
+    assert not (tmp_path / "o").exists() and snapshot(source_file) == before
     r = cli("-", source_file, "-i", "x")
-    assert r.exit_code == 2 and "cannot be combined" in r.stderr
+    assert r.exit_code == 2 and r.stdout == ""
+    assert r.stderr == "adapld: error: '-' (stdin) cannot be combined with other paths\n"
 
 
 def test_instruction_file(cli, source_file, tmp_path, texts):
@@ -226,8 +231,9 @@ def test_instruction_file(cli, source_file, tmp_path, texts):
 def test_bad_model(cli, source_file, tmp_path):
     before = snapshot(source_file)
     r = cli(source_file, "-i", "x", "--model", tmp_path / "no-such-model", model="")
-    assert r.exit_code == 2
-    assert "error" in r.stderr and r.stdout == ""
+    assert r.exit_code == 2 and r.stdout == ""
+    missing = tmp_path / "no-such-model"
+    assert r.stderr == f"adapld: error: --model {missing}: no such file or folder\n"
     assert snapshot(source_file) == before
 
 

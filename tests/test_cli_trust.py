@@ -13,21 +13,26 @@ import importlib.resources
 import io
 import json
 import os
+import re
 import signal
 import stat
+import subprocess
 import sys
+import time
+from pathlib import Path
 
 import pytest
 from rich.console import Console
 from typer.testing import CliRunner
 
 from adapld_cli.cli.app import app
-from adapld_cli.edit import Mode, WriteBack, load_template
+from adapld_cli.edit import WriteBack, load_template
 from adapld_cli.edit.interrupt import Signals
 from adapld_cli.edit.run import EditConfig, ModelConfig, run_edit
 from adapld_cli.ui import ConsoleView
 from tests.scripted import build_models
 
+ADAPLD = [sys.executable, "-c", "from adapld_cli.cli.app import main; main()"]  # a real process
 INVENTORY = (importlib.resources.files("adapld_cli.data") / "inventory.py").read_text()
 # What the embedded model once answered for "add a docstring to the tagged method": 7 lines.
 FRAGMENT = '''def tagged(inventory, tag: str) -> list:
@@ -135,20 +140,41 @@ def test_signal_at_the_last_step_writes_nothing(models, source_file, signum, cod
     assert sorted(p.name for p in source_file.parent.iterdir()) == ["calc.py"]
 
 
-def test_sigterm_before_the_model_loads(models, monkeypatch):
-    class SignalOnRead(io.BytesIO):
-        def read(self, *args):
-            os.kill(os.getpid(), signal.SIGTERM)
-            return super().read(*args)
+def _blocked_reading_stdin(proc) -> bool:
+    """Whether ``proc`` handles SIGTERM itself (adapld's handler is in place) and sleeps in a
+    read of the pipe on its standard input (nothing is ever written to it)."""
+    proc_dir = Path(f"/proc/{proc.pid}")
+    try:
+        status = dict(ln.split(":", 1) for ln in (proc_dir / "status").read_text().splitlines())
+        wchan = (proc_dir / "wchan").read_text()
+    except OSError:
+        return False
+    handled = int(status["SigCgt"], 16) >> (signal.SIGTERM - 1) & 1
+    sleeping = status["State"].split()[0] == "S" and ("pipe" in wchan or wchan in ("", "0"))
+    return bool(handled) and sleeping
 
-    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(SignalOnRead(b"x = 1\n")))
-    buf = io.StringIO()
-    config = EditConfig(paths=["-"], instruction="rename", template=load_template(None),
-                        writeback=WriteBack(Mode.STDOUT))  # fmt: skip
-    with Signals() as signals:
-        report = run_edit(config, ConsoleView(Console(file=buf, width=200)), signals=signals)
-    assert report.exit_code == 143
-    assert buf.getvalue() == "adapld: error: terminated (SIGTERM); nothing written\n"
+
+def test_sigterm_before_the_model_loads(tmp_path):
+    """A real SIGTERM to a real `adapld edit -` blocked reading its stdin pipe."""
+    proc = subprocess.Popen([*ADAPLD, "edit", "-", "-i", "rename", "--stdout",
+                             "--model", str(tmp_path / "no-such-model")],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            cwd=tmp_path)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while proc.poll() is None and not _blocked_reading_stdin(proc):
+            assert time.monotonic() < deadline, "adapld never blocked reading stdin"
+            time.sleep(0.05)
+        assert proc.poll() is None, proc.communicate()[1].decode()
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 143, err.decode()
+    assert err.decode() == "adapld: error: terminated (SIGTERM); nothing written\n"
+    assert out == b""  # and the model was never looked up (it does not exist)
 
 
 class SignalWhileReporting(ConsoleView):
@@ -353,17 +379,30 @@ def test_undo_round_trip(cli, source_file, texts, tmp_path, monkeypatch):
     assert source_file.read_text() == texts.source
 
 
-def test_undo_leaves_a_file_changed_since_alone(cli, source_file, texts):
+def test_undo_leaves_a_file_changed_since_alone(cli, source_file, texts, monkeypatch):
+    monkeypatch.chdir(source_file.parent)  # undo names files relative to the current folder
     assert cli(source_file, "-i", "rename").exit_code == 0
     source_file.write_text(texts.renamed + "# mine\n")
     undone = CliRunner().invoke(app, ["undo"])
     assert source_file.read_text() == texts.renamed + "# mine\n"
-    assert str(source_file) in undone.stderr + undone.stdout
+    assert undone.exit_code == 1 and undone.stdout == ""  # 1: some files left alone
+    first, summary = undone.stderr.splitlines()
+    assert first == "calc.py: left alone — changed since adapld wrote it"
+    assert re.fullmatch(
+        r'adapld: undid run 1 \(\d{4}-\d\d-\d\d \d\d:\d\d, "rename"\): 1 left alone \(exit 1\)',
+        summary,
+    ), summary
 
 
-def test_dev_stdin_is_like_dash(models, texts):
-    r = CliRunner().invoke(app, ["edit", "/dev/stdin", "-i", "rename", "--stdin-filename",
-                                 "calc.py", "--model", str(models["rename"])],
-                           input=texts.source.encode())  # fmt: skip
-    assert r.exit_code == 0, r.stderr
-    assert r.stdout == texts.renamed and "calc.py: changed" in r.stderr
+def test_dev_stdin_is_like_dash(models, texts, tmp_path):
+    """A real `adapld edit /dev/stdin` process reading a real pipe, as `cat x | adapld edit`."""
+    done = subprocess.run([*ADAPLD, "edit", "/dev/stdin", "-i", "rename", "--stdin-filename",
+                           "calc.py", "--model", str(models["rename"])],
+                          input=texts.source.encode(), capture_output=True, cwd=tmp_path,
+                          timeout=300)  # fmt: skip
+    err = done.stderr.decode()
+    assert done.returncode == 0, err
+    assert done.stdout == texts.renamed.encode()  # stdin in, the edited file out on stdout
+    line = r"calc\.py: changed — renamed foo -> bar; changed main · 5 tokens in \d+ passes .*\n"
+    assert re.fullmatch(line, err), err  # one line, named after --stdin-filename
+    assert list(tmp_path.iterdir()) == []  # nothing written anywhere

@@ -5,10 +5,12 @@ Real files, real hard links, real FIFOs and sockets, a real chown (the tests run
 
 from __future__ import annotations
 
-import io
+import json
 import os
 import socket
 import stat
+import subprocess
+import sys
 import threading
 
 import pytest
@@ -234,7 +236,15 @@ def test_owner_read_only_is_judged_on_mode_bits(py):
 
 
 def test_new_output_path_is_writable(tmp_path):
-    check_writable(tmp_path / "new.py")
+    new = tmp_path / "new.py"
+    assert check_writable(new) is None  # `-o new.py`: a path that does not exist yet is fine
+    assert check_writable(new, force=True) is None
+    assert list(tmp_path.iterdir()) == []  # the check creates nothing
+    folder = tmp_path / "no-such-folder"
+    with pytest.raises(InputError) as info:  # ... but its folder must exist
+        check_writable(folder / "new.py", "out.py")
+    assert str(info.value) == f"out.py: folder {folder} does not exist"
+    assert info.value.exit_code == 2 and not folder.exists()
 
 
 # -- special files -------------------------------------------------------------------------
@@ -294,14 +304,30 @@ def test_not_stdin():
     assert not is_stdin_path("stdin") and not is_stdin_path("/dev/stdout")
 
 
-def test_dev_stdin_reads_like_dash(monkeypatch):
-    fake = io.TextIOWrapper(io.BytesIO(b"x = 1\r\n"))
-    monkeypatch.setattr("sys.stdin", fake)
-    src = read_source("/dev/stdin")
-    assert src.name == "<stdin>" and src.path is None and src.snapshot is None
-    assert src.text == "x = 1\n" and src.newline == "\r\n"
-    with pytest.raises(InputError):
-        write_source(src, b"y\n")
+_READ_STDIN = """
+import json, sys
+from adapld_cli.edit.errors import InputError
+from adapld_cli.edit.source import read_source, write_source
+src = read_source(sys.argv[1])
+try:
+    write_source(src, b"y\\n")
+    refused = None
+except InputError as exc:
+    refused = exc.exit_code
+print(json.dumps([src.name, src.path, src.snapshot, src.text, src.newline, refused]))
+"""
+
+
+@pytest.mark.parametrize("path", ["/dev/stdin", "-"])
+def test_dev_stdin_reads_like_dash(path):
+    """A real process reading a real pipe on its standard input."""
+    done = subprocess.run([sys.executable, "-c", _READ_STDIN, path], input=b"x = 1\r\n",
+                          capture_output=True, timeout=60)  # fmt: skip
+    assert done.returncode == 0, done.stderr.decode()
+    name, path_, snapshot, text, newline, refused = json.loads(done.stdout)
+    assert name == "<stdin>" and path_ is None and snapshot is None
+    assert text == "x = 1\n" and newline == "\r\n"
+    assert refused == 2  # there is no file to write back to
 
 
 def test_unique_paths(py, tmp_path, monkeypatch):

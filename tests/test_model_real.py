@@ -56,8 +56,9 @@ def test_chat_template_and_short_greedy_generation(embedded):
         ids, attention_mask=torch.ones_like(ids), max_new_tokens=6, do_sample=False
     )
     new = out[0, ids.shape[1] :]
-    assert 0 < len(new) <= 6
-    assert tok.decode(new, skip_special_tokens=True).strip()
+    # greedy is deterministic: pinned (the same in bfloat16 and float32, on 1 or 2 threads)
+    assert new.tolist() == [95456, 0, 21193, 374, 279, 8145]
+    assert tok.decode(new) == "Certainly! Below is the completed"
     assert tok.eos_token == "<|im_end|>"
 
 

@@ -157,7 +157,7 @@ def bench(
             loaded = _load(model, device, dtype, threads)
             code = _run(console, loaded, task_list, options, out, tasks, instruction)
     except (_Usage, BenchError, EditError, ModelError) as exc:
-        console.print(f"adapld: error: {exc}", style="red", markup=False, highlight=False)
+        _line(console, f"adapld: error: {exc}", "red")  # one line, never wrapped
         code = 2
     raise typer.Exit(code)
 

@@ -10,9 +10,21 @@ import pytest
 import torch
 
 from adapld_cli.engine import AdaPLDSettings, GenerationConfig, generate
+from adapld_cli.model import kernels
 from tests.test_kernels import PARENTS, tree_vs_sequential
 
 pytestmark = pytest.mark.real
+
+
+def require_exact_kernels(model) -> None:
+    """Skip only where this torch or CPU cannot run the batch-invariant kernels; where it can,
+    a model without them is a failure (``load()`` must install them), never a skip."""
+    reason = kernels.supported(model)
+    if reason is not None:
+        pytest.skip(f"batch-invariant kernels cannot run here: {reason}")
+    mode = getattr(model, "adapld_kernels", None)
+    assert mode == "exact", f"load() left the kernels at {mode!r} (${kernels.ENV_KERNELS} set?)"
+
 
 CODE = '''import math
 
@@ -36,8 +48,7 @@ def test_tree_rows_bitwise_equal_plain_decoding_fp32_bf16(embedded):
     models = {embedded.dtype: embedded.model}
     for dtype in ("float32", "bfloat16"):
         model = models.get(dtype) or load(device="cpu", dtype=dtype).model
-        if model.adapld_kernels != "exact":
-            pytest.skip(f"batch-invariant kernels not in effect ({model.adapld_kernels})")
+        require_exact_kernels(model)
         assert tree_vs_sequential(model, prefix, tokens, PARENTS) == (len(PARENTS), 0.0), dtype
         del model
 
@@ -89,8 +100,7 @@ def test_default_model_exact_on_a_long_real_prompt(monkeypatch):
     task = next(t for t in load_tasks(CASES_PATH) if t.name == "3_add_docstrings_colorsys")
     loaded = load(device="cpu")
     model = loaded.model
-    if model.adapld_kernels != "exact":
-        pytest.skip(f"batch-invariant kernels not in effect ({model.adapld_kernels})")
+    require_exact_kernels(model)
     prompt = build_prompt(
         load_template(),
         loaded.tokenizer,

@@ -18,6 +18,7 @@ from adapld_cli.model import (
     cache_dir,
     clean,
     embedded_models,
+    kernels,
     load,
     model_info,
     prepare,
@@ -130,6 +131,57 @@ def test_load_local_folder(tiny_models):
     assert not loaded.model.training
     assert loaded.tokenizer.decode(loaded.tokenizer.encode("x = 1\n")) == "x = 1\n"
     assert prepare(str(folder)) == folder.resolve()
+
+
+# what kernels.supported() may answer for a CPU model in float32/bfloat16 on a given machine,
+# each with an independent check that the limitation is real
+def _genuine_limitations(dtype: str) -> dict[str, bool]:
+    import torch
+
+    ops = torch.ops.mkldnn
+    return {
+        "torch built without oneDNN": not torch.backends.mkldnn.is_available(),
+        "oneDNN linear ops missing": not (
+            hasattr(ops, "_reorder_linear_weight") and hasattr(ops, "_linear_pointwise")
+        ),
+        "this CPU has no oneDNN bfloat16 support": dtype == "bfloat16"
+        and not ops._is_mkldnn_bf16_supported(),
+    }
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_load_installs_the_exact_kernels_wherever_supported(monkeypatch, tiny_models, dtype):
+    """load() of a local folder installs the prepacked, batch-invariant kernels on every CPU
+    that can run them: without them the bit-exact tests would have nothing to check."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    monkeypatch.delenv(kernels.ENV_KERNELS, raising=False)  # the default mode: exact
+    folder = tiny_models["rename"]
+    stock = AutoModelForCausalLM.from_pretrained(
+        folder, local_files_only=True, dtype=getattr(torch, dtype)
+    ).eval()
+    reason = kernels.supported(stock)
+    loaded = load(str(folder), device="cpu", dtype=dtype)
+    model = loaded.model
+    assert loaded.dtype == dtype
+    if reason is not None:  # only a real limitation of this torch or CPU may turn them off
+        assert _genuine_limitations(dtype).get(reason), f"kernels.supported() said: {reason}"
+        assert getattr(model, "adapld_kernels", None) == "stock"  # apply() ran and said no
+        pytest.skip(f"the exact kernels cannot run here: {reason}")
+    assert getattr(model, "adapld_kernels", None) == "exact", "load() left the stock kernels"
+    linears = [n for n, m in stock.named_modules() if isinstance(m, torch.nn.Linear)]
+    packed = kernels.packed_linear_class()
+    assert len(linears) > 2 and "lm_head" in linears
+    assert [n for n, m in model.named_modules() if isinstance(m, packed)] == linears
+    assert not any(isinstance(m, torch.nn.Linear) for m in model.modules())
+    assert model.config._attn_implementation == kernels.ATTENTION
+    # and the rewired model still computes what the stock one does
+    ids = torch.tensor([loaded.tokenizer.encode("```python\n")])
+    with torch.inference_mode():
+        want, got = stock(ids).logits[0, -1], model(ids).logits[0, -1]
+    assert int(got.argmax()) == int(want.argmax())
+    torch.testing.assert_close(got.float(), want.float(), rtol=0.02, atol=0.02)
 
 
 def test_hub_id_offline_is_a_clear_error(monkeypatch, tmp_path):

@@ -4,8 +4,10 @@ Weights are group-32 int4 (as Q4_K's sub-blocks: per column and group a scale an
 stored as nibbles ``[N/16 tiles][K][16 columns]``. Each 32x16 block is dequantised once per
 call into L1 and reused for every input row; each output column accumulates over k in a
 fixed order that does not depend on the number of rows, so every row of an M-row call is
-bitwise the row computed alone (checked for M = 1..128). ``mm`` accumulates with fp32 FMAs,
-``mm_bf16`` with avx512_bf16 pair dot products. Built at run time with
+bitwise the row computed alone (checked for M = 1..128). ``mm`` dequantises to fp32 and
+accumulates with FMAs, ``mm_bf16`` dequantises to bf16 for avx512_bf16 pair dot products,
+``mm_q`` (the fastest) dots the inputs with the integers themselves (exact in bf16, from a
+16-entry table) and applies ``scale * dot + min * sum(x)`` per group. Built at run time with
 ``torch.utils.cpp_extension.load_inline`` (g++, AVX-512 BF16 CPU). Run from the repository
 root: ``python docs/proto/int4_gemm.py`` (measured numbers: docs/design.md, section 3).
 """
@@ -154,11 +156,80 @@ torch::Tensor mm_bf16(torch::Tensor x, torch::Tensor qw, torch::Tensor sm) {
   }
   return y;
 }
+// Integer weights straight to bf16: y[col] = sum_g s[col,g] * (sum_k x_k q[col,k]) + m[col,g] *
+// (sum_k x_k), with q (0..15, exact in bf16) taken from a 16-entry table, no per-weight FMA.
+// qp: uint8 [T][K/2][16]: byte c = q[col c][2kp] | q[col c][2kp+1] << 4 (the dot-pair layout).
+// xs: float [M][G] (sum of each row's 32 bf16 inputs per group, fixed order).
+torch::Tensor mm_q(torch::Tensor x, torch::Tensor qp, torch::Tensor sm, torch::Tensor xs) {
+  const int64_t M = x.size(0), K = x.size(1), T = qp.size(0), G = K / 32;
+  auto y = torch::empty({M, T * 16}, x.options().dtype(torch::kFloat));
+  const uint32_t* X = (const uint32_t*)x.data_ptr<at::BFloat16>();
+  const uint8_t* Q = qp.data_ptr<uint8_t>();
+  const float* S = sm.data_ptr<float>();
+  const float* XS = xs.data_ptr<float>();
+  float* Y = y.data_ptr<float>();
+  const __m512i lut = _mm512_set_epi16(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+                                       0x4170, 0x4160, 0x4150, 0x4140, 0x4130, 0x4120, 0x4110,
+                                       0x4100, 0x40E0, 0x40C0, 0x40A0, 0x4080, 0x4040, 0x4000,
+                                       0x3F80, 0x0000);  // bf16 of 15..0
+  const __m128i low4 = _mm_set1_epi8(0x0F);
+  #pragma omp parallel
+  {
+    alignas(64) __m512i wp[16];
+    std::vector<__m512> acc(M);
+    #pragma omp for schedule(static)
+    for (int64_t t = 0; t < T; ++t) {
+      for (int64_t m = 0; m < M; ++m) acc[m] = _mm512_setzero_ps();
+      for (int64_t g = 0; g < G; ++g) {
+        const float* sg = S + ((t * G + g) * 2) * 16;
+        __m512 sc = _mm512_loadu_ps(sg), mn = _mm512_loadu_ps(sg + 16);
+        const uint8_t* qg = Q + (t * (K / 2) + g * 16) * 16;
+        for (int kp = 0; kp < 16; ++kp) {
+          __m128i b = _mm_loadu_si128((const __m128i*)(qg + kp * 16));
+          __m128i lo = _mm_and_si128(b, low4);
+          __m128i hi = _mm_and_si128(_mm_srli_epi16(b, 4), low4);
+          __m256i il = _mm256_set_m128i(_mm_unpackhi_epi8(lo, hi), _mm_unpacklo_epi8(lo, hi));
+          wp[kp] = _mm512_permutexvar_epi16(_mm512_cvtepu8_epi16(il), lut);
+        }
+        int64_t m = 0;
+        for (; m + 2 <= M; m += 2) {
+          const uint32_t* x0 = X + (m * K + g * 32) / 2;
+          const uint32_t* x1 = x0 + K / 2;
+          __m512 a0 = _mm512_setzero_ps(), a1 = a0, b0 = a0, b1 = a0;
+          for (int kp = 0; kp < 16; kp += 2) {
+            __m512bh w0 = (__m512bh)wp[kp], w1 = (__m512bh)wp[kp + 1];
+            a0 = _mm512_dpbf16_ps(a0, (__m512bh)_mm512_set1_epi32(x0[kp]), w0);
+            b0 = _mm512_dpbf16_ps(b0, (__m512bh)_mm512_set1_epi32(x1[kp]), w0);
+            a1 = _mm512_dpbf16_ps(a1, (__m512bh)_mm512_set1_epi32(x0[kp + 1]), w1);
+            b1 = _mm512_dpbf16_ps(b1, (__m512bh)_mm512_set1_epi32(x1[kp + 1]), w1);
+          }
+          __m512 ta = _mm512_fmadd_ps(sc, _mm512_add_ps(a0, a1), acc[m]);
+          __m512 tb = _mm512_fmadd_ps(sc, _mm512_add_ps(b0, b1), acc[m + 1]);
+          acc[m] = _mm512_fmadd_ps(mn, _mm512_set1_ps(XS[m * G + g]), ta);
+          acc[m + 1] = _mm512_fmadd_ps(mn, _mm512_set1_ps(XS[(m + 1) * G + g]), tb);
+        }
+        for (; m < M; ++m) {
+          const uint32_t* x0 = X + (m * K + g * 32) / 2;
+          __m512 a0 = _mm512_setzero_ps(), a1 = a0;
+          for (int kp = 0; kp < 16; kp += 2) {
+            a0 = _mm512_dpbf16_ps(a0, (__m512bh)_mm512_set1_epi32(x0[kp]), (__m512bh)wp[kp]);
+            a1 = _mm512_dpbf16_ps(a1, (__m512bh)_mm512_set1_epi32(x0[kp + 1]),
+                                  (__m512bh)wp[kp + 1]);
+          }
+          __m512 ta = _mm512_fmadd_ps(sc, _mm512_add_ps(a0, a1), acc[m]);
+          acc[m] = _mm512_fmadd_ps(mn, _mm512_set1_ps(XS[m * G + g]), ta);
+        }
+      }
+      for (int64_t m = 0; m < M; ++m) _mm512_storeu_ps(Y + m * T * 16 + t * 16, acc[m]);
+    }
+  }
+  return y;
+}
 """
 ext = load_inline(
-    "adapld_int4_proto",
+    "adapld_int4_proto_q",
     cpp_sources=SRC,
-    functions=["mm", "mm_bf16"],
+    functions=["mm", "mm_bf16", "mm_q"],
     extra_cflags=["-O3", "-mavx512f", "-mavx512bw", "-mavx512bf16", "-fopenmp"],
     extra_ldflags=["-fopenmp"],
     verbose=False,
@@ -175,6 +246,19 @@ def pack(q, scale, mins):
         [scale.reshape(T, 16, -1).permute(0, 2, 1), mins.reshape(T, 16, -1).permute(0, 2, 1)], 2
     )
     return qw, sm.contiguous().float()  # [T, G, 2, 16]
+
+
+def pack_pairs(q):
+    """q int [N, K] 0..15 -> uint8 [N/16, K/2, 16]: one byte per column and k pair."""
+    n, k = q.shape
+    qt = q.reshape(n // 16, 16, k // 2, 2).permute(0, 2, 1, 3).to(torch.uint8)
+    return (qt[..., 0] | (qt[..., 1] << 4)).contiguous()
+
+
+def group_sums(xb):
+    """Sum of each row's bf16 inputs per group of 32, in float32 (fixed order)."""
+    m, k = xb.shape
+    return xb.float().reshape(m, k // 32, 32).sum(-1).contiguous()
 
 
 if __name__ == "__main__":
@@ -224,11 +308,49 @@ if __name__ == "__main__":
             torch.equal(ext.mm_bf16(xb[:m].contiguous(), qw, sm), aloneb[:m]) for m in range(1, 129)
         ),
     )
-    print("M  proto-fp32  proto-bf16dot  packed-bf16  (ms, 1536->8960)")
-    for M in (1, 4, 16, 64):
-        xm = x[:M].contiguous()
+    qp = pack_pairs(q)
+    yq = ext.mm_q(xb, qp, sm, group_sums(xb))
+    print("int-to-bf16 max |err| vs fp32 reference", (yq - xb.float() @ wref.T).abs().max().item())
+    aloneq = torch.cat(
+        [
+            ext.mm_q(xb[i : i + 1].contiguous(), qp, sm, group_sums(xb[i : i + 1]))
+            for i in range(128)
+        ]
+    )
+    print(
+        "int-to-bf16 batch-invariant M=1..128:",
+        all(
+            torch.equal(ext.mm_q(xb[:m].contiguous(), qp, sm, group_sums(xb[:m])), aloneq[:m])
+            for m in range(1, 129)
+        ),
+    )
+    torch_w4 = torch.ops.aten._convert_weight_to_int4pack_for_cpu(q.to(torch.int32), 1)
+    zeros = mins + 8 * scale
+    torch_sz = torch.stack([scale, zeros], -1).transpose(0, 1).contiguous().to(torch.bfloat16)
+    # Timing over LAYERS distinct weight copies, one after the other as in a forward pass, so
+    # the weights stream from memory (one layer's 7-28 MB would stay in the CPU's cache).
+    layers = 24
+    qps = [pack_pairs(torch.randint(0, 16, (N, K))) for _ in range(layers)]
+    w4s = [
+        torch.ops.aten._convert_weight_to_int4pack_for_cpu(
+            torch.randint(0, 16, (N, K), dtype=torch.int32), 1
+        )
+        for _ in range(layers)
+    ]
+    packs = []
+    for _ in range(layers):
+        lin = torch.nn.Linear(K, N, bias=False).to(torch.bfloat16)
+        packs.append(packed_linear_class()(lin))
+    print(f"M  int-to-bf16  packed-bf16  torch-int4  (ms per layer, 1536->8960, {layers} layers)")
+    for M in (1, 2, 4, 8, 16, 32, 64):
         xbm = xb[:M].contiguous()
-        fp32 = ms(lambda xm=xm: ext.mm(xm, qw, sm))
-        dot = ms(lambda xbm=xbm: ext.mm_bf16(xbm, qw, sm))
-        ref = ms(lambda xbm=xbm: packed(xbm))
-        print(f"{M:3d} {fp32:8.2f} {dot:8.2f} {ref:8.2f}")
+        xsm = group_sums(xbm)
+        intq = ms(lambda xbm=xbm, xsm=xsm: [ext.mm_q(xbm, w, sm, xsm) for w in qps], reps=10)
+        ref = ms(lambda xbm=xbm: [p(xbm) for p in packs], reps=10)
+        tq = ms(
+            lambda xbm=xbm: [
+                torch.ops.aten._weight_int4pack_mm_for_cpu(xbm, w, 32, torch_sz) for w in w4s
+            ],
+            reps=10,
+        )
+        print(f"{M:3d} {intq / layers:8.3f} {ref / layers:8.3f} {tq / layers:8.3f}")

@@ -16,6 +16,11 @@ from typing import Any
 
 import torch
 
+# Prompt tokens per prefill pass. Measured on coder-1.5b (bf16, exact kernels, 2 threads; 800-
+# and 1,024-token prompts, 3 runs): 256 runs at 123-129 tok/s, 384 at 106-116, 512 at 113, 128 at
+# ~100. Every decoding method shares the prefill, so the chunk never affects exactness.
+PREFILL_CHUNK = 256
+
 
 class UnsupportedModelError(Exception):
     """The model cannot be driven by the engine (one-line reason)."""
@@ -202,8 +207,8 @@ class ModelRunner:
         hidden = None if self._captured is None else self._captured[0]
         return PassOutput(logits=LazyLogits(self, last), hidden=hidden)
 
-    def prefill(self, ids: list[int], top_k: int, chunk: int = 512) -> tuple[Any, Any]:
-        """Feed ``ids`` into the (empty) cache in chunks.
+    def prefill(self, ids: list[int], top_k: int, chunk: int = PREFILL_CHUNK) -> tuple[Any, Any]:
+        """Feed ``ids`` into the (empty) cache in chunks of ``chunk`` tokens.
 
         Returns ``(hidden [n, H] or None, topk [n, top_k] or None)``: the hooked layer's
         states and each position's top-K next-token ids, computed per chunk of positions.

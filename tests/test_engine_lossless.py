@@ -49,7 +49,7 @@ def test_greedy_identical_to_plain_decoding(model):
     really verified: copied tokens accepted under every setting, and with the full tree also
     tokens from branches and from the semantic fallback (the tree path with an accepted
     branch is compared to plain decoding, not just drafted)."""
-    accepted = {name: Counter() for name in SETTINGS}
+    accepted = {name: Counter() for name in [*SETTINGS, "pld"]}
     for seed in range(8):
         prompt = random_prompt(seed, repeats=seed % 4 != 3)
         cfg = GenerationConfig(max_new_tokens=48)
@@ -65,9 +65,7 @@ def test_greedy_identical_to_plain_decoding(model):
             )
         pld = generate(model, prompt, cfg, "pld")
         assert pld.tokens == ref.tokens, ("pld", seed)
-        accepted["pld"] = accepted.get("pld", Counter()) + Counter(
-            lexical=pld.stats.accepted_draft_tokens
-        )
+        accepted["pld"].update(lexical=pld.stats.accepted_draft_tokens)
     for name, counts in accepted.items():
         assert counts["lexical"] > 0, (name, counts)
     for name in ("full-tree", "observed-topk"):

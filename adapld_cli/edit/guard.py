@@ -492,7 +492,7 @@ class _DeadCode:
         self.named_spans = [
             (i.line, _end_line(i))
             for i in old
-            if i.kind in {"function", "class"} and i.name in kept and names_in(i.name, instruction)
+            if i.kind in _DEF_KINDS and i.name in kept and names_in(i.name, instruction)
         ]
         self._before_words: dict[str, list[int]] | None = None
         self._after_words: set[str] | None = None
@@ -578,7 +578,7 @@ class _Partners:
     - a derived rename (:meth:`derived`).
     """
 
-    def __init__(self, added: list[Item], instruction: str, missing: list[Item] = ()) -> None:
+    def __init__(self, added: list[Item], instruction: str, missing: list[Item]) -> None:
         self.used: set[int] = set()
         self.by_name = {c.name: c for c in added}
         # (kind, parent, old leaf, new leaf): a named definition replaced by a named new one

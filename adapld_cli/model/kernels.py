@@ -152,15 +152,6 @@ def packed_linear_class() -> type:
     return _PACKED
 
 
-def _is_conv1d(module: Any) -> bool:
-    """GPT-2's ``Conv1D``: a linear layer whose weight is stored ``[in, out]``."""
-    try:
-        from transformers.pytorch_utils import Conv1D
-    except ImportError:  # pragma: no cover - transformers always has it
-        return False
-    return isinstance(module, Conv1D)
-
-
 def pack_linears(model: Any) -> int:
     """Replace every ``nn.Linear`` (and ``Conv1D``) of ``model`` by a ``PackedLinear``;
     returns how many.
@@ -169,12 +160,13 @@ def pack_linears(model: Any) -> int:
     still owns), so memory grows only by the packed copy of a tied head.
     """
     import torch
+    from transformers.pytorch_utils import Conv1D
 
     cls = packed_linear_class()
     count = 0
     for module in list(model.modules()):
         for name, child in list(module.named_children()):
-            if isinstance(child, torch.nn.Linear) or _is_conv1d(child):
+            if isinstance(child, (torch.nn.Linear, Conv1D)):
                 setattr(module, name, cls(child))
                 count += 1
     return count

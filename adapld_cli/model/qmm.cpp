@@ -1,0 +1,190 @@
+// Batch-invariant weight-only quantized matrix products for CPUs with AVX-512 BF16.
+// Built once at run time by adapld_cli/model/quant.py (torch.utils.cpp_extension.load).
+//
+// Both kernels compute y[m, n] = sum_k x[m, k] * w[n, k] (+ bias[n]) for bfloat16 x with the
+// weights kept in the GGUF's own integers and scales, never dequantised to memory:
+//
+//   q4 (Q4_K): w = d * sc[g] * q - dmin * mn[g],  q in 0..15, group g of 32 inputs, d/dmin per
+//              super-block of 256 inputs;  per group: acc += s * dot(x, q) - m * sum(x)
+//   q6 (Q6_K): w = d * sc[g] * q,  q in -32..31 (int8), group g of 16 inputs, d per 256;
+//              per group: acc += s * dot(x, q)
+//
+// The integers are exact in bfloat16, so dot(x, q) is an avx512_bf16 pair dot product of the
+// bf16 input with the integers themselves. Every output column of every row accumulates over
+// its groups in one fixed order that does not depend on how many rows share the call, and
+// threads split the columns, never a sum: row m of an M-row call is bit for bit row m computed
+// alone, for any M (the property speculative decoding needs to stay exact).
+//
+// Layouts (T = N / 16 tiles of 16 output columns, KP = K / 2 input pairs):
+//   q4: qp uint8 [T][KP][16]: byte c = q[col c][2p] | q[col c][2p + 1] << 4
+//       sc uint8 [T][K/32][2][16] (sc, mn);  dd float [T][S][2][16] (d, dmin), S = ceil(K/256)
+//   q6: qp uint8 [T][KP][32]: bytes 2c, 2c + 1 = q[col c][2p] + 32, q[col c][2p + 1] + 32
+//       sc int8 [T][K/16][16];  dd float [T][S][16]
+#include <torch/extension.h>
+#include <ATen/Parallel.h>
+#include <immintrin.h>
+
+#include <cstring>
+#include <vector>
+
+namespace {
+
+// Sum of each row's bf16 inputs per group of 32, in float32, left to right.
+std::vector<float> group_sums(const at::BFloat16* x, int64_t M, int64_t K) {
+  const int64_t G = K / 32;
+  std::vector<float> out(M * G);
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t g = 0; g < G; ++g) {
+      float s = 0.f;
+      for (int k = 0; k < 32; ++k) s += static_cast<float>(x[m * K + g * 32 + k]);
+      out[m * G + g] = s;
+    }
+  return out;
+}
+
+inline __m512 u8_to_ps(const uint8_t* p) {
+  return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i*)p)));
+}
+
+inline __m512 i8_to_ps(const int8_t* p) {
+  return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i*)p)));
+}
+
+void store_row(const __m512 acc, const float* bias, int64_t t, bool out_f32, void* y,
+               int64_t row_offset) {
+  __m512 v = bias ? _mm512_add_ps(acc, _mm512_loadu_ps(bias + t * 16)) : acc;
+  if (out_f32) {
+    _mm512_storeu_ps((float*)y + row_offset, v);
+  } else {
+    __m256bh h = _mm512_cvtneps_pbh(v);
+    _mm256_storeu_si256((__m256i*)((at::BFloat16*)y + row_offset), (__m256i)h);
+  }
+}
+
+// R rows of one group of 2*P inputs: per row two chains of P/2 pair dot products (even and
+// odd pairs), then acc = scale * (c0 + c1) [- mins * xsum]. The same operations in the same
+// order for every row whatever R is, so blocking rows changes no result.
+template <int R, int P>
+inline void rows(const uint32_t* x, int64_t stride, const __m512i* wp, __m512 scale,
+                 __m512 mins, const float* xsum, int64_t xsum_stride, __m512* acc) {
+  __m512 c0[R], c1[R];
+  for (int r = 0; r < R; ++r) c0[r] = c1[r] = _mm512_setzero_ps();
+#pragma GCC unroll 16
+  for (int p = 0; p < P; p += 2) {
+    const __m512bh w0 = (__m512bh)wp[p], w1 = (__m512bh)wp[p + 1];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+      c0[r] = _mm512_dpbf16_ps(c0[r], (__m512bh)_mm512_set1_epi32(x[r * stride + p]), w0);
+      c1[r] = _mm512_dpbf16_ps(c1[r], (__m512bh)_mm512_set1_epi32(x[r * stride + p + 1]), w1);
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    __m512 v = _mm512_fmadd_ps(scale, _mm512_add_ps(c0[r], c1[r]), acc[r]);
+    acc[r] = xsum ? _mm512_fnmadd_ps(mins, _mm512_set1_ps(xsum[r * xsum_stride]), v) : v;
+  }
+}
+
+torch::Tensor output(const torch::Tensor& x, int64_t N, bool out_f32) {
+  return torch::empty({x.size(0), N}, x.options().dtype(out_f32 ? torch::kFloat : torch::kBFloat16));
+}
+
+}  // namespace
+
+torch::Tensor mm_q4(torch::Tensor x, torch::Tensor qp, torch::Tensor sc, torch::Tensor dd,
+                    c10::optional<torch::Tensor> bias_opt, bool out_f32) {
+  TORCH_CHECK(x.scalar_type() == torch::kBFloat16 && x.is_contiguous() && x.dim() == 2);
+  const int64_t M = x.size(0), K = x.size(1), T = qp.size(0), G = K / 32, S = dd.size(1);
+  TORCH_CHECK(K % 32 == 0 && qp.size(1) == K / 2 && sc.size(1) == G);
+  const at::BFloat16* xb = x.data_ptr<at::BFloat16>();
+  const uint32_t* X = (const uint32_t*)xb;  // bf16 pairs
+  const uint8_t* Q = qp.data_ptr<uint8_t>();
+  const uint8_t* SC = sc.data_ptr<uint8_t>();
+  const float* DD = dd.data_ptr<float>();
+  const float* B = bias_opt.has_value() ? bias_opt->data_ptr<float>() : nullptr;
+  auto y = output(x, T * 16, out_f32);
+  void* Y = y.data_ptr();
+  const std::vector<float> xs = group_sums(xb, M, K);
+  const __m512i lut = _mm512_set_epi16(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+                                       0x4170, 0x4160, 0x4150, 0x4140, 0x4130, 0x4120, 0x4110,
+                                       0x4100, 0x40E0, 0x40C0, 0x40A0, 0x4080, 0x4040, 0x4000,
+                                       0x3F80, 0x0000);  // bf16 of 15..0
+  const __m512i nib = _mm512_set1_epi32(0x000F000F);
+  at::parallel_for(0, T, 1, [&](int64_t t0, int64_t t1) {
+    alignas(64) __m512i wp[16];
+    std::vector<__m512> acc(M);
+    for (int64_t t = t0; t < t1; ++t) {
+      for (int64_t m = 0; m < M; ++m) acc[m] = _mm512_setzero_ps();
+      for (int64_t g = 0; g < G; ++g) {
+        const float* d = DD + ((t * S + g / 8) * 2) * 16;
+        const uint8_t* s8 = SC + ((t * G + g) * 2) * 16;
+        const __m512 scale = _mm512_mul_ps(_mm512_loadu_ps(d), u8_to_ps(s8));
+        const __m512 mins = _mm512_mul_ps(_mm512_loadu_ps(d + 16), u8_to_ps(s8 + 16));
+        const uint8_t* qg = Q + (t * (K / 2) + g * 16) * 16;
+#pragma GCC unroll 16
+        for (int p = 0; p < 16; ++p) {  // dword c = q[c][2p] | q[c][2p + 1] << 16 -> bf16 pair
+          __m512i b = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i*)(qg + p * 16)));
+          __m512i v = _mm512_ternarylogic_epi32(b, _mm512_slli_epi32(b, 12), nib, 0xA8);
+          wp[p] = _mm512_permutexvar_epi16(v, lut);
+        }
+        const float* xsg = xs.data() + g;
+        int64_t m = 0;
+        for (; m + 4 <= M; m += 4) rows<4, 16>(X + (m * K + g * 32) / 2, K / 2, wp, scale, mins,
+                                               xsg + m * G, G, &acc[m]);
+        for (; m < M; ++m) rows<1, 16>(X + (m * K + g * 32) / 2, K / 2, wp, scale, mins,
+                                      xsg + m * G, G, &acc[m]);
+      }
+      for (int64_t m = 0; m < M; ++m) store_row(acc[m], B, t, out_f32, Y, m * T * 16 + t * 16);
+    }
+  });
+  return y;
+}
+
+torch::Tensor mm_q6(torch::Tensor x, torch::Tensor qp, torch::Tensor sc, torch::Tensor dd,
+                    c10::optional<torch::Tensor> bias_opt, bool out_f32) {
+  TORCH_CHECK(x.scalar_type() == torch::kBFloat16 && x.is_contiguous() && x.dim() == 2);
+  const int64_t M = x.size(0), K = x.size(1), T = qp.size(0), G = K / 16, S = dd.size(1);
+  TORCH_CHECK(K % 16 == 0 && qp.size(1) == K / 2 && sc.size(1) == G);
+  const uint32_t* X = (const uint32_t*)x.data_ptr<at::BFloat16>();
+  const uint8_t* Q = qp.data_ptr<uint8_t>();
+  const int8_t* SC = sc.data_ptr<int8_t>();
+  const float* DD = dd.data_ptr<float>();
+  const float* B = bias_opt.has_value() ? bias_opt->data_ptr<float>() : nullptr;
+  auto y = output(x, T * 16, out_f32);
+  void* Y = y.data_ptr();
+  alignas(64) int16_t table[64];  // bf16 of -32..31
+  for (int i = 0; i < 64; ++i) {
+    const float f = static_cast<float>(i - 32);
+    uint32_t bits;
+    std::memcpy(&bits, &f, 4);
+    table[i] = static_cast<int16_t>(bits >> 16);  // exact: small integers
+  }
+  const __m512i lut_lo = _mm512_load_si512(table), lut_hi = _mm512_load_si512(table + 32);
+  at::parallel_for(0, T, 1, [&](int64_t t0, int64_t t1) {
+    alignas(64) __m512i wp[8];
+    std::vector<__m512> acc(M);
+    for (int64_t t = t0; t < t1; ++t) {
+      for (int64_t m = 0; m < M; ++m) acc[m] = _mm512_setzero_ps();
+      for (int64_t g = 0; g < G; ++g) {
+        const __m512 scale =
+            _mm512_mul_ps(_mm512_loadu_ps(DD + (t * S + g / 16) * 16), i8_to_ps(SC + (t * G + g) * 16));
+        const uint8_t* qg = Q + (t * (K / 2) + g * 8) * 32;
+        for (int p = 0; p < 8; ++p)  // 16 columns x 2 inputs, in pair order: q + 32 -> bf16(q)
+          wp[p] = _mm512_permutex2var_epi16(
+              lut_lo, _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i*)(qg + p * 32))),
+              lut_hi);
+        int64_t m = 0;
+        for (; m + 4 <= M; m += 4)
+          rows<4, 8>(X + (m * K + g * 16) / 2, K / 2, wp, scale, scale, nullptr, 0, &acc[m]);
+        for (; m < M; ++m)
+          rows<1, 8>(X + (m * K + g * 16) / 2, K / 2, wp, scale, scale, nullptr, 0, &acc[m]);
+      }
+      for (int64_t m = 0; m < M; ++m) store_row(acc[m], B, t, out_f32, Y, m * T * 16 + t * 16);
+    }
+  });
+  return y;
+}
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.def("mm_q4", &mm_q4, "bf16 x [M, K] @ Q4_K-style weights -> [M, N]");
+  m.def("mm_q6", &mm_q6, "bf16 x [M, K] @ Q6_K-style weights -> [M, N]");
+}

@@ -1,0 +1,319 @@
+"""4- and 6-bit weights on a CPU, computed exactly as the GGUF stores them, batch-invariant.
+
+Contract:
+- :func:`unavailable` says in one line why the quantized kernels cannot run here (no
+  AVX-512 BF16, no C++ compiler or ninja, a failed build), or None. :func:`extension` builds
+  ``qmm.cpp`` once into the adapld cache (~30 s, under a file lock; later loads take
+  milliseconds) and returns the module.
+- :class:`QuantLinear` is a linear layer over bfloat16 inputs whose weights stay in the
+  GGUF's integers and scales: ``q4`` (Q4_K: 4-bit values, per group of 32 a 6-bit scale and
+  min, per 256 a float16 ``d``/``dmin``) and ``q6`` (Q6_K: signed 6-bit values, per group of
+  16 an int8 scale, per 256 a float16 ``d``). Every row of an M-row call is bit for bit the
+  row computed alone, for any M (see ``qmm.cpp``), so with :mod:`adapld_cli.model.kernels`'
+  exact attention a draft tree's rows equal single decoding steps, as with packed bfloat16.
+  The values are those of the GGUF (``w = d*sc*q - dmin*m``), summed in float32.
+- :func:`q4k_parts` / :func:`q6k_parts` read raw GGUF blocks; :func:`quantize_q4` /
+  :func:`quantize_q6` make the same parts from float weights (tests, models without a GGUF);
+  :func:`pack` turns parts into the kernel layout (a dict of tensors, what the cache stores).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Any
+
+KINDS = ("q4", "q6")
+GROUP = {"q4": 32, "q6": 16}
+SUPER = 256  # inputs per float16 d (a GGUF K-quant super-block)
+SOURCE = Path(__file__).with_name("qmm.cpp")
+CFLAGS = ["-O3", "-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512bf16", "-fopenmp"]
+# -fopenmp: at::parallel_for runs on OpenMP; the extension binds to the libgomp torch loaded
+
+_EXT: Any = None
+_FAILED: str | None = None
+
+
+def _cpu_flags() -> set[str]:
+    try:
+        text = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return set()
+    for line in text.splitlines():
+        if line.startswith("flags"):
+            return set(line.split(":", 1)[1].split())
+    return set()
+
+
+def _static_reason() -> str | None:
+    import shutil
+
+    if "avx512_bf16" not in _cpu_flags():
+        return "this CPU has no AVX-512 BF16"
+    if shutil.which("c++") is None and shutil.which("g++") is None:
+        return "no C++ compiler (c++/g++) on PATH"
+    try:
+        from torch.utils.cpp_extension import verify_ninja_availability
+
+        verify_ninja_availability()
+    except RuntimeError:
+        return "ninja is not installed"
+    return None
+
+
+def unavailable() -> str | None:
+    """Why the quantized kernels cannot run here (one line), or None. Does not build."""
+    return _FAILED or _static_reason()
+
+
+def _build_dir() -> tuple[Path, str]:
+    import torch
+
+    from adapld_cli.model.paths import cache_dir
+
+    digest = hashlib.sha256(
+        SOURCE.read_bytes() + " ".join(CFLAGS).encode() + torch.__version__.encode()
+    ).hexdigest()[:12]
+    return cache_dir() / "kernels" / f"qmm-{digest}", f"adapld_qmm_{digest}"
+
+
+def extension(progress: bool = False) -> Any:
+    """The built ``qmm`` module; raises ``RuntimeError`` (one line) where it cannot be had."""
+    global _EXT, _FAILED
+    if _EXT is not None:
+        return _EXT
+    reason = unavailable()
+    if reason:
+        raise RuntimeError(reason)
+    import contextlib
+    import io
+
+    from filelock import FileLock
+    from torch.utils.cpp_extension import load
+
+    from adapld_cli.model.progress import step
+
+    folder, name = _build_dir()
+    folder.mkdir(parents=True, exist_ok=True)
+    built = any(folder.glob(f"{name}*.so"))
+    try:
+        with FileLock(str(folder) + ".lock"), contextlib.ExitStack() as stack:
+            if not built:
+                stack.enter_context(step(progress, "Building the 4-bit CPU kernels (one time)"))
+            with contextlib.redirect_stdout(io.StringIO()):
+                _EXT = load(
+                    name=name,
+                    sources=[str(SOURCE)],
+                    extra_cflags=CFLAGS,
+                    extra_ldflags=["-fopenmp"],
+                    build_directory=str(folder),
+                    verbose=False,
+                )
+    except Exception as exc:  # a compiler error is long; keep its first line
+        _FAILED = "building the 4-bit kernels failed: " + (
+            str(exc).strip().splitlines() or [type(exc).__name__]
+        )[0][:200]
+        raise RuntimeError(_FAILED) from exc
+    return _EXT
+
+
+# ----------------------------------------------------------------------------- parts
+
+
+def q4k_parts(blocks: Any, n: int, k: int) -> dict[str, Any]:
+    """Q4_K blocks (uint8 ``[n * k / 256, 144]``) of an ``[n, k]`` weight -> integer parts:
+    ``q [n, k]`` 0..15, ``sc``/``mn [n, k/32]`` 0..63, ``d``/``dmin [n, k/256]`` float32."""
+    import numpy as np
+    import torch
+    from gguf.quants import Q4_K
+
+    blocks = np.asarray(blocks, dtype=np.uint8).reshape(-1, 144)
+    d = blocks[:, 0:2].view(np.float16).astype(np.float32)
+    dmin = blocks[:, 2:4].view(np.float16).astype(np.float32)
+    sc, mn = Q4_K.get_scale_min(blocks[:, 4:16])
+    shifts = np.array([0, 4], dtype=np.uint8).reshape(1, 1, 2, 1)
+    q = (blocks[:, 16:].reshape(-1, 4, 1, 32) >> shifts) & 0x0F
+
+    def t(a: Any, cols: int) -> Any:
+        return torch.from_numpy(np.ascontiguousarray(a).reshape(n, cols))
+
+    return {
+        "q": t(q.astype(np.uint8), k),
+        "sc": t(sc.astype(np.uint8), k // 32),
+        "mn": t(mn.astype(np.uint8), k // 32),
+        "d": t(d, k // SUPER),
+        "dmin": t(dmin, k // SUPER),
+    }
+
+
+def q6k_parts(blocks: Any, n: int, k: int) -> dict[str, Any]:
+    """Q6_K blocks (uint8 ``[n * k / 256, 210]``) -> ``q [n, k]`` int8 -32..31, ``sc [n, k/16]``
+    int8, ``d [n, k/256]`` float32 (the layout of ``gguf.quants.Q6_K``)."""
+    import numpy as np
+    import torch
+
+    blocks = np.asarray(blocks, dtype=np.uint8).reshape(-1, 210)
+    ql, qh, sc, d = blocks[:, :128], blocks[:, 128:192], blocks[:, 192:208], blocks[:, 208:]
+    ql = (ql.reshape(-1, 2, 1, 64) >> np.array([0, 4], dtype=np.uint8).reshape(1, 1, 2, 1)) & 0x0F
+    qh = qh.reshape(-1, 2, 1, 32) >> np.array([0, 2, 4, 6], dtype=np.uint8).reshape(1, 1, 4, 1)
+    q = (ql.reshape(-1, 2, 4, 32) | ((qh & 0x03) << 4)).astype(np.int8) - np.int8(32)
+
+    def t(a: Any, cols: int) -> Any:
+        return torch.from_numpy(np.ascontiguousarray(a).reshape(n, cols))
+
+    return {
+        "q": t(q, k),
+        "sc": t(sc.view(np.int8), k // 16),
+        "d": t(d.view(np.float16).astype(np.float32), k // SUPER),
+    }
+
+
+def _two_level(scale: Any, per: int, top: int) -> tuple[Any, Any]:
+    """Per-group float scales ``[n, g]`` -> (float16-exact ``d [n, ceil(g/per)]`` per
+    super-block of ``per`` groups, integer multipliers ``[n, g]`` in ``-top..top``) with
+    ``d * mult ~= scale``."""
+    import torch
+
+    n, g = scale.shape
+    blocks = -(-g // per)
+    padded = torch.zeros(n, blocks * per)
+    padded[:, :g] = scale
+    d = (padded.reshape(n, blocks, per).abs().amax(-1) / top).half().float()
+    d = torch.where(d > 0, d, torch.ones_like(d))
+    mult = torch.round(scale / d.repeat_interleave(per, 1)[:, :g]).clamp(-top, top)
+    return d, mult
+
+
+def quantize_q4(w: Any) -> dict[str, Any]:
+    """Float weight ``[n, k]`` (k a multiple of 32) -> Q4_K-style parts (see :func:`q4k_parts`)."""
+    import torch
+
+    n, k = w.shape
+    groups = w.float().reshape(n, k // 32, 32)
+    lo = groups.amin(-1).clamp(max=0)
+    hi = groups.amax(-1)
+    d, sc = _two_level((hi - lo) / 15, 8, 63)
+    dmin, mn = _two_level(-lo, 8, 63)
+    step = d.repeat_interleave(8, 1)[:, : k // 32] * sc
+    low = dmin.repeat_interleave(8, 1)[:, : k // 32] * mn
+    step = torch.where(step > 0, step, torch.ones_like(step))
+    q = torch.round((groups + low[..., None]) / step[..., None]).clamp(0, 15)
+    return {
+        "q": q.reshape(n, k).to(torch.uint8),
+        "sc": sc.to(torch.uint8),
+        "mn": mn.to(torch.uint8),
+        "d": d,
+        "dmin": dmin,
+    }
+
+
+def quantize_q6(w: Any) -> dict[str, Any]:
+    """Float weight ``[n, k]`` (k a multiple of 16) -> Q6_K-style parts (see :func:`q6k_parts`)."""
+    import torch
+
+    n, k = w.shape
+    groups = w.float().reshape(n, k // 16, 16)
+    d, sc = _two_level(groups.abs().amax(-1) / 31, 16, 127)
+    step = d.repeat_interleave(16, 1)[:, : k // 16] * sc
+    step = torch.where(step != 0, step, torch.ones_like(step))
+    q = torch.round(groups / step[..., None]).clamp(-32, 31)
+    return {"q": q.reshape(n, k).to(torch.int8), "sc": sc.to(torch.int8), "d": d}
+
+
+def dequantize(kind: str, parts: dict[str, Any]) -> Any:
+    """The float32 weight ``[n, k]`` the parts stand for (reference for tests)."""
+    q = parts["q"].float()
+    n, k = q.shape
+    group = GROUP[kind]
+
+    def per_input(a: Any) -> Any:  # [n, groups] -> [n, k]
+        return a.float().repeat_interleave(group, 1)
+
+    per = SUPER // group
+    scale = per_input(parts["d"].repeat_interleave(per, 1)[:, : k // group] * parts["sc"].float())
+    w = q * scale
+    if kind == "q4":
+        mins = parts["dmin"].repeat_interleave(per, 1)[:, : k // group] * parts["mn"].float()
+        w = w - per_input(mins)
+    return w
+
+
+# ----------------------------------------------------------------------------- layout
+
+
+def fits(kind: str, n: int, k: int) -> bool:
+    """Whether an ``[n, k]`` weight can take the kernel layout of ``kind``."""
+    return n % 16 == 0 and k % GROUP[kind] == 0
+
+
+def pack(kind: str, parts: dict[str, Any]) -> dict[str, Any]:
+    """Integer parts -> the kernel's tensors ``{"qp", "sc", "dd"}`` (layouts in ``qmm.cpp``)."""
+    import torch
+
+    q = parts["q"]
+    n, k = q.shape
+    tiles = n // 16
+
+    def per_tile(a: Any) -> Any:  # [n, c] -> [tiles, c, 16]
+        return a.reshape(tiles, 16, -1).permute(0, 2, 1)
+
+    pairs = q.reshape(tiles, 16, k // 2, 2).permute(0, 2, 1, 3)  # [tiles, k/2, 16, 2]
+    if kind == "q4":
+        qp = pairs[..., 0] | (pairs[..., 1] << 4)
+        sc = torch.stack([per_tile(parts["sc"]), per_tile(parts["mn"])], 2)
+        dd = torch.stack([per_tile(parts["d"]), per_tile(parts["dmin"])], 2)
+    else:
+        qp = (pairs.to(torch.int16) + 32).to(torch.uint8).reshape(tiles, k // 2, 32)
+        sc, dd = per_tile(parts["sc"]), per_tile(parts["d"])
+    return {
+        "qp": qp.contiguous(),
+        "sc": sc.contiguous(),
+        "dd": dd.float().contiguous(),
+    }
+
+
+def _quant_linear_class() -> type:
+    import torch
+
+    class QuantLinear(torch.nn.Module):
+        """A linear layer on the ``qmm`` kernels: ``x [..., in] -> [..., out]`` in bfloat16,
+        the bias added in float32 before the one rounding."""
+
+        def __init__(
+            self,
+            kind: str,
+            packed: dict[str, torch.Tensor],
+            in_features: int,
+            bias: torch.Tensor | None = None,
+        ) -> None:
+            super().__init__()
+            self.kind, self.in_features = kind, in_features
+            self.out_features = packed["qp"].shape[0] * 16
+            for key in ("qp", "sc", "dd"):
+                self.register_buffer(key, packed[key], persistent=False)
+            fbias = None if bias is None else bias.detach().float().contiguous()
+            self.register_buffer("fbias", fbias, persistent=False)
+            self.run = getattr(extension(), f"mm_{kind}")
+            self.dtype = torch.bfloat16
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            shape = x.shape
+            x2 = x.reshape(-1, shape[-1]).to(torch.bfloat16).contiguous()  # [M, in]
+            y = self.run(x2, self.qp, self.sc, self.dd, self.fbias, False)
+            return y.reshape(*shape[:-1], self.out_features)
+
+        def extra_repr(self) -> str:
+            return f"{self.kind}, in_features={self.in_features}, out_features={self.out_features}"
+
+    return QuantLinear
+
+
+_CLASS: type | None = None
+
+
+def quant_linear_class() -> type:
+    """The ``QuantLinear`` class (defined on first use: keeps torch out of imports)."""
+    global _CLASS
+    if _CLASS is None:
+        _CLASS = _quant_linear_class()
+    return _CLASS

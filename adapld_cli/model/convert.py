@@ -35,6 +35,8 @@ from adapld_cli.model.safetensors_out import StreamWriter
 MANIFEST = "adapld-manifest.json"
 WEIGHTS = "model.safetensors"
 PACKED = "adapld-packed-embedding.safetensors"
+QUANT = "adapld-quant.safetensors"  # linears kept in their GGUF integers (model/quant.py)
+QUANT_TYPES = {"Q4_K": "q4", "Q6_K": "q6"}
 # 1: float32 safetensors written by transformers' own GGUF loader.
 # 2: tensor-by-tensor conversion; bfloat16 for quantised tensors, packed input embedding.
 FORMAT = 2
@@ -150,8 +152,9 @@ def _config_and_tokenizer(gguf: Path) -> tuple[Any, Any]:
     return config, tokenizer
 
 
-def _name_map(config: Any, architecture: str) -> tuple[dict[str, str], Any, set[str]]:
-    """GGUF tensor name -> transformers parameter name, the tensor processor, expected names."""
+def _name_map(config: Any, architecture: str) -> tuple[dict[str, str], Any, set[str], set[str]]:
+    """GGUF tensor name -> transformers parameter name, the tensor processor, expected names,
+    and the names of ``nn.Linear`` weights."""
     import torch
     from gguf import MODEL_ARCH_NAMES, get_tensor_name_map
     from transformers import AutoModelForCausalLM
@@ -165,6 +168,11 @@ def _name_map(config: Any, architecture: str) -> tuple[dict[str, str], Any, set[
         skeleton = AutoModelForCausalLM.from_config(config)
     processor = TENSOR_PROCESSORS.get(architecture, TensorProcessor)(config=config.to_dict())
     expected = set(skeleton.state_dict())
+    linears = {
+        f"{name}.weight"
+        for name, module in skeleton.named_modules()
+        if isinstance(module, torch.nn.Linear)
+    }
     if getattr(config, "tie_word_embeddings", False):
         expected.discard("lm_head.weight")
     # One level of gguf's name map covers the common decoder layouts quickly; transformers'
@@ -180,20 +188,78 @@ def _name_map(config: Any, architecture: str) -> tuple[dict[str, str], Any, set[
                 mapping[f"{gguf_name}.{suffix}"] = hf_name
     if not expected <= set(mapping.values()):
         mapping = get_gguf_hf_weights_map(skeleton, processor)
-    return mapping, processor, expected
+    return mapping, processor, expected, linears
 
 
-def _write_weights(gguf: Path, reader: Any, out: Path, config: Any, progress: bool) -> None:
-    """Dequantise tensor by tensor straight into ``out``/model.safetensors (see module doc)."""
+def _quantized_linears(
+    reader: Any, mapping: dict[str, str], processor: Any, linears: set[str]
+) -> dict[str, str]:
+    """GGUF name -> kernel kind of every linear weight that can stay in its GGUF integers:
+    Q4_K or Q6_K, of a shape the kernels take, and not rewritten by transformers' GGUF
+    processor for this architecture (the plain processor copies tensors as they are)."""
+    from transformers.modeling_gguf_pytorch_utils import TensorProcessor
+
+    from adapld_cli.model import quant
+
+    if type(processor) is not TensorProcessor:
+        return {}
+    out = {}
+    for tensor in reader.tensors:
+        kind = QUANT_TYPES.get(tensor.tensor_type.name)
+        if kind and mapping.get(tensor.name) in linears:
+            k, n = (int(x) for x in tensor.shape[:2])  # GGUF shapes are [in, out]
+            if len(tensor.shape) == 2 and quant.fits(kind, n, k):
+                out[tensor.name] = kind
+    return out
+
+
+def _write_quantized(
+    reader: Any,
+    names: dict[str, str],
+    mapping: dict[str, str],
+    out: Path,
+    advance: Callable[[int], None],
+) -> None:
+    """The packed integer parts of the linears ``names`` into ``out``/:data:`QUANT`; its
+    metadata maps each module to its kind."""
+    from adapld_cli.model import quant
+
+    writer = StreamWriter(out / QUANT, 3 * len(names))
+    kinds: dict[str, str] = {}
+    try:
+        for tensor in reader.tensors:
+            kind = names.get(tensor.name)
+            if kind is None:
+                continue
+            k, n = (int(x) for x in tensor.shape[:2])
+            parts = getattr(quant, f"{kind}k_parts")(tensor.data, n, k)
+            module = mapping[tensor.name].removesuffix(".weight")
+            for key, value in quant.pack(kind, parts).items():
+                writer.add(f"{module}.{key}", value)
+            kinds[module] = kind
+            advance(int(tensor.n_bytes))
+        writer.close({"kinds": json.dumps(kinds, sort_keys=True)})
+    except BaseException:
+        writer.abort()
+        raise
+
+
+def _write_weights(
+    gguf: Path, reader: Any, out: Path, config: Any, progress: bool, quantized: bool
+) -> None:
+    """Dequantise tensor by tensor straight into ``out``/model.safetensors (see module doc);
+    with ``quantized``, linears that the CPU kernels run from their GGUF integers go to
+    ``out``/:data:`QUANT` instead, packed."""
     import numpy as np
     import torch
 
     arch_field = reader.fields.get("general.architecture")
     architecture = bytes(arch_field.parts[arch_field.data[0]]).decode() if arch_field else ""
-    mapping, processor, expected = _name_map(config, architecture)
+    mapping, processor, expected, linears = _name_map(config, architecture)
     embed = _packable_embedding(reader, mapping, config)
+    kept = _quantized_linears(reader, mapping, processor, linears) if quantized else {}
     order = sorted(
-        (t for t in reader.tensors if t.name != embed),
+        (t for t in reader.tensors if t.name != embed and t.name not in kept),
         key=lambda t: -_storage_dtype(t.tensor_type).itemsize,
     )
     parsed: dict[str, Any] = {"config": config.to_dict(), "tensors": {}}
@@ -229,6 +295,9 @@ def _write_weights(gguf: Path, reader: Any, out: Path, config: Any, progress: bo
             _write_packed(reader, embed, mapping[embed], out)
             written.add(mapping[embed])
             advance(int(next(t.n_bytes for t in reader.tensors if t.name == embed)))
+        if kept:
+            _write_quantized(reader, kept, mapping, out, advance)
+            written.update(mapping[name] for name in kept)
     missing = sorted(expected - written)
     if missing:
         raise ModelError(f"GGUF file {gguf.name} lacks weights for {', '.join(missing[:3])}")
@@ -304,19 +373,24 @@ def restore_packed(model: Any, folder: Path | str) -> bool:
     weights = dequantize(raw, GGMLQuantizationType(int(meta["ggml_type"])))
     weights = weights.reshape(json.loads(meta["shape"]))
     param = model.get_parameter(meta["of"])
+    if param.is_meta:  # a model built on empty weights (loader._load_quantized)
+        owner, _, attr = meta["of"].rpartition(".")
+        value = torch.from_numpy(weights).to(param.dtype)
+        setattr(model.get_submodule(owner), attr, torch.nn.Parameter(value, requires_grad=False))
+        return True
     with torch.no_grad():
         param.copy_(torch.from_numpy(weights))
     return True
 
 
-def _write_cache(gguf: Path, out: Path, progress: bool) -> None:
+def _write_cache(gguf: Path, out: Path, progress: bool, quantized: bool) -> None:
     """Config, tokenizer, generation config and weights of ``gguf`` into the folder ``out``."""
     from transformers import GenerationConfig
 
     with _one_reader(gguf) as reader:
         config, tokenizer = _config_and_tokenizer(gguf)
         config.dtype = "bfloat16"
-        _write_weights(gguf, reader, out, config, progress)
+        _write_weights(gguf, reader, out, config, progress, quantized)
     config.save_pretrained(out)
     tokenizer.save_pretrained(out)
     generation = GenerationConfig.from_model_config(config)
@@ -334,8 +408,12 @@ def convert_gguf(
     extra: dict[str, Any] | None = None,
     progress: bool = False,
     after: Callable[[], None] | None = None,
+    quantized: bool = False,
 ) -> Path:
     """Make ``target`` a ready safetensors cache of ``gguf``; return ``target``.
+
+    ``quantized``: keep the linears the CPU kernels can run in their GGUF integers
+    (:data:`QUANT`; loaded by ``loader.load`` with ``weights="quantized"``).
 
     ``gguf`` may be a callable producing the file (e.g. assembling it), so that step also runs
     under the lock and only when the cache is not ready. ``after`` runs once the cache is in
@@ -358,7 +436,7 @@ def convert_gguf(
         tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp"))
         try:
             try:
-                _write_cache(path, tmp, progress)
+                _write_cache(path, tmp, progress, quantized)
             except (OSError, ValueError, KeyError, RuntimeError, NotImplementedError) as exc:
                 reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
                 raise ModelError(f"cannot load GGUF file {path}: {reason}") from exc
@@ -371,6 +449,7 @@ def convert_gguf(
                 "torch": version("torch"),
                 "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                 "files": sorted(p.name for p in tmp.iterdir() if p.is_file()),
+                "weights": "quantized" if quantized else "dequantized",
                 **(extra or {}),
             }
             umask = os.umask(0)

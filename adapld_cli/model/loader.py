@@ -37,7 +37,7 @@ from adapld_cli.model.assemble import (
     reinstall_hint,
 )
 from adapld_cli.model.clean import in_use, remove_obsolete
-from adapld_cli.model.convert import cache_state, convert_gguf, restore_packed
+from adapld_cli.model.convert import QUANT, WEIGHTS, cache_state, convert_gguf, restore_packed
 from adapld_cli.model.errors import ModelError
 from adapld_cli.model.paths import (
     DEFAULT_EMBEDDED,
@@ -51,6 +51,9 @@ from adapld_cli.model.placement import resolve_placement
 from adapld_cli.model.progress import want_progress
 
 EMBEDDED = "embedded"
+ENV_WEIGHTS = "ADAPLD_WEIGHTS"
+WEIGHT_MODES = ("auto", "quantized", "dequantized")
+QUANTIZED_SUFFIX = "-quantized"  # cache folder of a model whose linears stay in GGUF integers
 
 
 @dataclass
@@ -61,7 +64,9 @@ class LoadedModel:
     ``source`` is one of ``"embedded"``, ``"hub"``, ``"local"``, ``"gguf"``; ``path`` is the
     folder the weights were loaded from (for embedded/gguf: the converted safetensors cache);
     ``device`` is where the weights live (``"cpu"``, ``"cuda:0"``, or ``"auto (cuda:0, cuda:1)"``
-    when accelerate spread them); ``dtype`` is the torch dtype name (``"float32"``).
+    when accelerate spread them); ``dtype`` is the torch dtype name (``"float32"``) of the
+    activations; ``weights`` says whether the linears run from the GGUF's own 4/6-bit integers
+    (``"quantized"``) or from weights dequantised to ``dtype``.
     """
 
     model: Any
@@ -71,6 +76,7 @@ class LoadedModel:
     path: str
     device: str
     dtype: str
+    weights: str = "dequantized"  # or "quantized": linears on the 4/6-bit kernels
 
 
 @dataclass(frozen=True)
@@ -150,8 +156,8 @@ def classify(spec: str | None) -> Target:
 # ----------------------------------------------------------------------------- preparation
 
 
-def _embedded_target(model: EmbeddedModel) -> Path:
-    return models_dir() / model.key
+def _embedded_target(model: EmbeddedModel, quantized: bool = False) -> Path:
+    return models_dir() / (model.key + (QUANTIZED_SUFFIX if quantized else ""))
 
 
 def _embedded_gguf(model: EmbeddedModel) -> Path:
@@ -163,7 +169,7 @@ def embedded_source_id(model: EmbeddedModel) -> str:
     return f"embedded:{model.sha256}"
 
 
-def _prepare_embedded(model: EmbeddedModel, progress: bool) -> Path:
+def _prepare_embedded(model: EmbeddedModel, progress: bool, quantized: bool) -> Path:
     def make_gguf() -> Path:
         return assemble(
             locate_embedded_parts(model),
@@ -183,12 +189,13 @@ def _prepare_embedded(model: EmbeddedModel, progress: bool) -> Path:
 
     return convert_gguf(
         make_gguf,
-        _embedded_target(model),
+        _embedded_target(model, quantized),
         source_id=embedded_source_id(model),
         name=model.title,
         extra={"embedded": model.name, "source_sha256": model.sha256, "source_size": model.size},
         progress=progress,
         after=tidy,
+        quantized=quantized,
     )
 
 
@@ -198,7 +205,7 @@ def clean(dry_run: bool = False) -> list[tuple[Path, int]]:
     removed = remove_obsolete(models_dir(), _current_embedded(), dry_run=dry_run)
     folder = cache_dir() / "embedded"
     if folder.is_dir():
-        targets = {m.gguf: _embedded_target(m) for m in EMBEDDED_MODELS.values()}
+        targets = {m.gguf: _embedded_target(m) for m in EMBEDDED_MODELS.values()}  # lock owner
         for entry in sorted(folder.iterdir()):
             name = entry.name.split(".tmp")[0].lstrip(".").rsplit(".gguf", 1)[0] + ".gguf"
             target = targets.get(name)
@@ -211,8 +218,13 @@ def clean(dry_run: bool = False) -> list[tuple[Path, int]]:
 
 
 def _current_embedded() -> dict[str, str]:
-    """Cache folder name -> source id of every embedded model this version ships."""
-    return {m.key: embedded_source_id(m) for m in EMBEDDED_MODELS.values()}
+    """Cache folder name -> source id of every embedded model this version ships (both the
+    dequantised and the quantized cache)."""
+    out = {}
+    for m in EMBEDDED_MODELS.values():
+        for quantized in (False, True):
+            out[_embedded_target(m, quantized).name] = embedded_source_id(m)
+    return out
 
 
 def _gguf_key(path: Path) -> tuple[str, str]:
@@ -223,20 +235,54 @@ def _gguf_key(path: Path) -> tuple[str, str]:
     return f"gguf-{slug}-{hashlib.sha256(source_id.encode()).hexdigest()[:12]}", source_id
 
 
-def _cache_for(target: Target) -> tuple[Path, str]:
+def _cache_for(target: Target, quantized: bool = False) -> tuple[Path, str]:
     """Converted-cache folder and source id of an embedded or gguf target."""
     if target.embedded is not None:
-        return _embedded_target(target.embedded), embedded_source_id(target.embedded)
+        return _embedded_target(target.embedded, quantized), embedded_source_id(target.embedded)
     assert target.path is not None
     key, source_id = _gguf_key(target.path)
-    return models_dir() / key, source_id
+    return models_dir() / (key + (QUANTIZED_SUFFIX if quantized else "")), source_id
 
 
-def _prepare_gguf(path: Path, progress: bool) -> Path:
-    key, source_id = _gguf_key(path)
+def _prepare_gguf(path: Path, progress: bool, quantized: bool) -> Path:
+    folder, source_id = _cache_for(Target("gguf", str(path), path.name, path), quantized)
     return convert_gguf(
-        path, models_dir() / key, source_id=source_id, name=path.name, progress=progress
+        path, folder, source_id=source_id, name=path.name, progress=progress, quantized=quantized
     )
+
+
+def _quantized_reason(target: Target, placement: Any) -> str | None:
+    """Why quantized weights cannot be used for this target and placement, or None."""
+    from adapld_cli.model import quant
+
+    if target.kind not in (EMBEDDED, "gguf"):
+        return "quantized weights need a GGUF file or an embedded model"
+    if placement.device != "cpu":
+        return "quantized weights run on a CPU only"
+    if placement.dtype != "bfloat16":
+        return f"quantized weights compute in bfloat16, not {placement.dtype}"
+    if kernels.resolve_mode() == "stock":
+        return f"{kernels.ENV_KERNELS}=stock turns adapld's kernels off"
+    return quant.unavailable()
+
+
+def resolve_weights(weights: str | None, target: Target, placement: Any) -> bool:
+    """True for quantized weights: ``weights`` (else ``$ADAPLD_WEIGHTS``, else ``auto``).
+
+    ``auto`` takes them wherever they can run (a GGUF or embedded model, on a CPU with AVX-512
+    BF16, a C++ compiler and ninja, in bfloat16 with adapld's kernels): faster at every pass
+    size and as exact (README, Performance). ``quantized`` where they cannot run, or an
+    unknown value, raises :class:`ModelError`.
+    """
+    name = (weights or os.environ.get(ENV_WEIGHTS, "") or "auto").strip().lower()
+    if name not in WEIGHT_MODES:
+        raise ModelError(f"--weights {name}: use one of {', '.join(WEIGHT_MODES)}")
+    if name == "dequantized":
+        return False
+    reason = _quantized_reason(target, placement)
+    if reason and name == "quantized":
+        raise ModelError(f"--weights quantized: {reason}")
+    return reason is None
 
 
 def _hub_cached(spec: str) -> Path | None:
@@ -277,25 +323,55 @@ def _hub_error(spec: str, exc: BaseException) -> ModelError:
 
 
 def prepare(
-    spec: str | None = None, progress: bool | None = None, *, verbose: bool = False
+    spec: str | None = None,
+    progress: bool | None = None,
+    *,
+    verbose: bool = False,
+    device: str | None = None,
+    dtype: str = "auto",
+    weights: str | None = None,
 ) -> Path:
-    """Do the one-time work for ``spec`` now; return the folder the model loads from."""
+    """Do the one-time work for ``spec`` now (for the weights :func:`load` would use with the
+    same ``device``/``dtype``/``weights``, the kernels built too); return the folder the model
+    loads from."""
     target = classify(spec)
     if target.kind == "local":
         assert target.path is not None
         return target.path
+    quantized = resolve_weights(weights, target, resolve_placement(device, dtype))
+    show = want_progress(progress)
+    if quantized:
+        quantized = _build_kernels(weights, show)
     if target.kind in (EMBEDDED, "gguf"):
-        folder, source_id = _cache_for(target)
+        folder, source_id = _cache_for(target, quantized)
         if cache_state(folder, source_id) == "ready":  # nothing to do: stay instant
             return folder
-    show = want_progress(progress)
     with quiet(verbose):
-        if target.embedded is not None:
-            return _prepare_embedded(target.embedded, show)
-        if target.kind == "gguf":
-            assert target.path is not None
-            return _prepare_gguf(target.path, show)
-        return _prepare_hub(target.spec)
+        return _prepare_folder(target, show, quantized) or _prepare_hub(target.spec)
+
+
+def _build_kernels(weights: str | None, progress: bool) -> bool:
+    """Build the quantized kernels; False (use dequantised weights) if that fails under
+    ``auto``; raises :class:`ModelError` if quantized weights were asked for explicitly."""
+    from adapld_cli.model import quant
+
+    try:
+        quant.extension(progress=progress)
+    except RuntimeError as exc:
+        if (weights or os.environ.get(ENV_WEIGHTS, "")).strip().lower() == "quantized":
+            raise ModelError(f"--weights quantized: {exc}") from exc
+        return False
+    return True
+
+
+def _prepare_folder(target: Target, progress: bool, quantized: bool) -> Path | None:
+    """The converted cache of an embedded or gguf target (made if needed), else None."""
+    if target.embedded is not None:
+        return _prepare_embedded(target.embedded, progress, quantized)
+    if target.kind == "gguf":
+        assert target.path is not None
+        return _prepare_gguf(target.path, progress, quantized)
+    return None
 
 
 # ----------------------------------------------------------------------------- loading
@@ -377,33 +453,34 @@ def load(
     dtype: str = "auto",
     verbose: bool = False,
     progress: bool | None = None,
+    weights: str | None = None,
 ) -> LoadedModel:
-    """Load model + tokenizer for ``spec`` (see :func:`resolve_spec`), ready for the engine."""
+    """Load model + tokenizer for ``spec`` (see :func:`resolve_spec`), ready for the engine;
+    ``weights``: see :func:`resolve_weights`."""
     target = classify(spec)
     placement = resolve_placement(device, dtype)
+    quantized = resolve_weights(weights, target, placement)
     show = want_progress(progress)
+    if quantized:
+        quantized = _build_kernels(weights, show)
     with quiet(verbose):
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        if target.embedded is not None:
-            folder: Path | None = _prepare_embedded(target.embedded, show)
-        elif target.kind == "gguf":
-            assert target.path is not None
-            folder = _prepare_gguf(target.path, show)
-        elif target.kind == "local":
-            folder = target.path
-        else:
-            folder = None
+        folder = target.path if target.kind == "local" else _prepare_folder(target, show, quantized)
         ref = str(folder) if folder is not None else target.spec
         hub = folder is None
         try:
-            model = _from_pretrained(
-                AutoModelForCausalLM,
-                ref,
-                hub=hub,
-                dtype=placement.torch_dtype(),
-                device_map=placement.device_map,
-            )
+            if quantized:
+                assert folder is not None
+                model = _load_quantized(folder)
+            else:
+                model = _from_pretrained(
+                    AutoModelForCausalLM,
+                    ref,
+                    hub=hub,
+                    dtype=placement.torch_dtype(),
+                    device_map=placement.device_map,
+                )
             tokenizer = _from_pretrained(AutoTokenizer, ref, hub=hub)
         except ModelError:
             raise
@@ -425,7 +502,49 @@ def load(
         path=path,
         device=_device_label(model),
         dtype=str(next(model.parameters()).dtype).removeprefix("torch."),
+        weights="quantized" if quantized else "dequantized",
     )
+
+
+def _load_quantized(folder: Path) -> Any:
+    """The model of a quantized cache (:data:`QUANT` + the rest in bfloat16) on the CPU.
+
+    Built on accelerate's empty weights (no random initialisation of weights about to be
+    replaced); every parameter must then come from the cache.
+    """
+    import json
+
+    import torch
+    from accelerate import init_empty_weights
+    from safetensors import safe_open
+    from safetensors.torch import load_file
+    from transformers import AutoConfig, AutoModelForCausalLM, GenerationConfig
+
+    from adapld_cli.model import quant
+
+    config = AutoConfig.from_pretrained(folder, local_files_only=True)
+    with init_empty_weights():
+        model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
+    state = {
+        k: v.to(torch.bfloat16) if v.is_floating_point() else v
+        for k, v in load_file(folder / WEIGHTS).items()
+    }
+    model.load_state_dict(state, strict=False, assign=True)
+    cls = quant.quant_linear_class()
+    with safe_open(str(folder / QUANT), framework="pt") as fh:
+        for name, kind in json.loads(fh.metadata()["kinds"]).items():
+            parent, _, child = name.rpartition(".")
+            owner = model.get_submodule(parent)
+            old = getattr(owner, child)
+            bias = old.bias if old.bias is not None and not old.bias.is_meta else None
+            packed = {key: fh.get_tensor(f"{name}.{key}") for key in ("qp", "sc", "dd")}
+            setattr(owner, child, cls(kind, packed, old.in_features, bias))
+    restore_packed(model, folder)
+    empty = [n for n, p in model.named_parameters() if p.is_meta]
+    if empty:
+        raise ModelError(f"cache {folder} lacks weights for {empty[0]}; run `adapld model clean`")
+    model.generation_config = GenerationConfig.from_pretrained(folder, local_files_only=True)
+    return model
 
 
 # ----------------------------------------------------------------------------- info
@@ -438,31 +557,41 @@ def _disk_size(path: Path) -> int:
 
 
 def model_info(
-    spec: str | None = None, device: str | None = None, dtype: str = "auto"
+    spec: str | None = None,
+    device: str | None = None,
+    dtype: str = "auto",
+    weights: str | None = None,
 ) -> dict[str, Any]:
     """What :func:`load` would use, without loading weights or touching the network.
 
     Keys: ``spec``, ``name``, ``source``, ``state`` (``ready``/``needs prepare``/
     ``parts missing``/``not downloaded``), ``ready``, ``path`` (folder loaded from, or None),
-    ``size_bytes`` (of ``path``, else of the source), ``device``, ``dtype``, ``cache_dir``;
+    ``size_bytes`` (of ``path``, else of the source), ``device``, ``dtype``, ``weights``
+    (``quantized``/``dequantized``, with ``weights_reason`` when auto cannot quantize),
+    ``cache_dir``;
     embedded adds ``title``, ``upstream``, ``default``, ``parts`` and ``cache``; gguf adds
     ``gguf`` and ``cache``.
     """
     target = classify(spec)
     placement = resolve_placement(device, dtype)
+    quantized = resolve_weights(weights, target, placement)
     info: dict[str, Any] = {
         "spec": target.spec,
         "name": target.name,
         "source": target.kind,
         "device": placement.device,
         "dtype": placement.dtype,
+        "weights": "quantized" if quantized else "dequantized",
         "cache_dir": str(cache_dir()),
     }
+    reason = _quantized_reason(target, placement)
+    if reason and target.kind in (EMBEDDED, "gguf"):
+        info["weights_reason"] = reason
     if target.embedded is not None:
-        info.update(_embedded_info(target.embedded))
+        info.update(_embedded_info(target.embedded, quantized))
     elif target.kind == "gguf":
         assert target.path is not None
-        folder, source_id = _cache_for(target)
+        folder, source_id = _cache_for(target, quantized)
         info["gguf"] = str(target.path)
         info.update(_cache_info(folder, source_id, target.path.stat().st_size, True))
     elif target.kind == "local":
@@ -492,7 +621,7 @@ def _cache_info(folder: Path, source_id: str, source_size: int, have_source: boo
     return info
 
 
-def _embedded_info(model: EmbeddedModel) -> dict[str, Any]:
+def _embedded_info(model: EmbeddedModel, quantized: bool = False) -> dict[str, Any]:
     found = [(p, find_embedded_part(p)) for p in model.parts]
     info: dict[str, Any] = {
         "title": model.title,
@@ -507,7 +636,8 @@ def _embedded_info(model: EmbeddedModel) -> dict[str, Any]:
     if model.extra and not any(path for _, path in found):
         info["reinstall"] = f"run `pip install 'adapld[{model.extra}]'`"
     have = all(path for _, path in found)
-    info.update(_cache_info(_embedded_target(model), embedded_source_id(model), model.size, have))
+    folder = _embedded_target(model, quantized)
+    info.update(_cache_info(folder, embedded_source_id(model), model.size, have))
     return info
 
 

@@ -110,9 +110,10 @@ def extension(progress: bool = False) -> Any:
                     verbose=False,
                 )
     except Exception as exc:  # a compiler error is long; keep its first line
-        _FAILED = "building the 4-bit kernels failed: " + (
-            str(exc).strip().splitlines() or [type(exc).__name__]
-        )[0][:200]
+        _FAILED = (
+            "building the 4-bit kernels failed: "
+            + (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+        )
         raise RuntimeError(_FAILED) from exc
     return _EXT
 

@@ -17,7 +17,13 @@ import struct
 from pathlib import Path
 from typing import Any
 
-DTYPE_CODES = {"float32": "F32", "float16": "F16", "bfloat16": "BF16", "uint8": "U8"}
+DTYPE_CODES = {
+    "float32": "F32",
+    "float16": "F16",
+    "bfloat16": "BF16",
+    "uint8": "U8",
+    "int8": "I8",
+}
 HEADER_BYTES_PER_TENSOR = 256
 
 
@@ -33,7 +39,7 @@ class StreamWriter:
         self._fh.seek(8 + self.reserve)
 
     def add(self, name: str, tensor: Any) -> int:
-        """Append one torch tensor (F32, F16, BF16 or U8); return the bytes written."""
+        """Append one torch tensor (F32, F16, BF16, U8 or I8); return the bytes written."""
         import torch
 
         dtype = str(tensor.dtype).removeprefix("torch.")

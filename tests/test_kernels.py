@@ -18,6 +18,12 @@ from adapld_cli.model import kernels
 from tests.tiny_models import one_thread, random_prompt, tiny_model
 
 DTYPES = [torch.float32, torch.bfloat16]
+# what the exactness tests run on: dense weights in each dtype, and bfloat16 activations on
+# 4-bit (Q4_K-style) and 6-bit (Q6_K-style) weights with the quantized kernels
+# (adapld_cli.model.quant)
+WEIGHTS = [(torch.float32, None), (torch.bfloat16, None), (torch.bfloat16, "q4"),
+           (torch.bfloat16, "q6")]  # fmt: skip
+WEIGHT_IDS = ["float32", "bfloat16", "q4", "q6"]
 ARCHS = ["qwen2", "llama", "gpt2"]
 # a 10-node chain from the root, a 5-node branch under node 3, a 2-node branch at the root
 PARENTS = [-1, *range(9), 3, 10, 11, 12, 13, 0, 15]
@@ -77,21 +83,27 @@ def tree_vs_sequential(model, prefix: list[int], tokens: list[int], parents: lis
     return equal, worst
 
 
-def _packed(arch: str, dtype: torch.dtype, mode: str = "exact", **kw):
+def _packed(arch: str, dtype: torch.dtype, mode: str = "exact", quantized=None, **kw):
     model = tiny_model(arch, dtype="float32", **kw).to(dtype)
+    if quantized:
+        from adapld_cli.model import quant
+
+        assert quant.unavailable() is None, quant.unavailable()  # fail, never skip
+        linears = 9 if arch == "gpt2" else 22
+        assert quant.quantize_model(model, quantized) == linears  # every linear, LM head too
     assert kernels.apply(model, mode) == mode
     return model
 
 
 @pytest.mark.parametrize("tree", ["17-node", "widest"])
-@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize(("dtype", "quantized"), WEIGHTS, ids=WEIGHT_IDS)
 @pytest.mark.parametrize("arch", ARCHS)
-def test_tree_rows_bitwise_equal_sequential_rows(arch, dtype, tree):
+def test_tree_rows_bitwise_equal_sequential_rows(arch, dtype, quantized, tree):
     parents = PARENTS if tree == "17-node" else dfs_tree(WIDEST, seed=0)
     gen = torch.Generator().manual_seed(1)
     prefix = torch.randint(0, 48, (70,), generator=gen).tolist()
     tokens = torch.randint(0, 48, (len(parents),), generator=gen).tolist()
-    model = _packed(arch, dtype)
+    model = _packed(arch, dtype, quantized=quantized)
     assert tree_vs_sequential(model, prefix, tokens, parents) == (len(parents), 0.0)
 
 
@@ -188,13 +200,13 @@ def test_tied_embeddings_keep_working(dtype):
     assert torch.equal(model.model.embed_tokens.weight, stock.model.embed_tokens.weight)
 
 
-@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize(("dtype", "quantized"), WEIGHTS, ids=WEIGHT_IDS)
 @pytest.mark.parametrize("arch", ARCHS)
-def test_greedy_adapld_is_plain_decoding_in_any_dtype(arch, dtype):
-    """With the exact kernels on, greedy AdaPLD in float32 and bfloat16 emits plain decoding's
-    tokens, through full trees of the default budget (passes up to WIDEST rows) whose copied,
-    branch and semantic drafts were all accepted somewhere."""
-    model = _packed(arch, dtype)
+def test_greedy_adapld_is_plain_decoding_in_any_dtype(arch, dtype, quantized):
+    """With the exact kernels on, greedy AdaPLD in float32, bfloat16 and on 4/6-bit weights
+    emits plain decoding's tokens, through full trees of the default budget (passes up to
+    WIDEST rows) whose copied, branch and semantic drafts were all accepted somewhere."""
+    model = _packed(arch, dtype, quantized=quantized)
     full = AdaPLDSettings(adaptive=False, semantic=True, sim_floor=-1.0, topk_lookup=True)
     accepted: Counter = Counter()
     for seed in range(6):

@@ -36,11 +36,26 @@ def _byte_alphabet() -> list[str]:
     return [table[b] for b in range(256)]
 
 
+def random_kquant(shape: tuple[int, ...], kind, rng) -> np.ndarray:
+    """Random valid Q4_K / Q6_K blocks for a ``shape`` (rows, k) tensor (the ``gguf`` package
+    cannot quantize to these types): random integers and 6-bit scales, small float16 ``d``."""
+    rows, k = shape
+    size = {"Q4_K": 144, "Q6_K": 210}[kind.name]
+    blocks = rng.integers(0, 256, (rows * k // 256, size), dtype=np.uint8)
+    d = rng.uniform(2e-5, 6e-5, (len(blocks), 2)).astype(np.float16).view(np.uint8)
+    if kind.name == "Q4_K":
+        blocks[:, 0:4] = d  # d, dmin
+    else:
+        blocks[:, 208:210] = d[:, 0:2]
+    return blocks.reshape(rows, -1)
+
+
 def write_tiny_gguf(
     path: Path, hidden: int = 32, heads: int = 4, kv: int = 2, ffn: int = 64, quant=None
 ):
-    """A 1-layer Qwen2 GGUF, float32 except the tensors ``quant`` maps to a GGML type; returns
-    its tensors by GGUF name (as float32: the values a reader dequantises)."""
+    """A 1-layer Qwen2 GGUF, float32 except the tensors ``quant`` maps to a GGML type (K-quants
+    get random blocks, see :func:`random_kquant`); returns its tensors by GGUF name (as
+    float32: the values a reader dequantises)."""
     import gguf
     from gguf.quants import dequantize, quantize
 
@@ -94,7 +109,8 @@ def write_tiny_gguf(
         if kind is None:
             writer.add_tensor(name, tensors[name])
             continue
-        packed = quantize(tensors[name], kind)
+        packed = random_kquant(shape, kind, rng) if kind.name.endswith("_K") else None
+        packed = quantize(tensors[name], kind) if packed is None else packed
         tensors[name] = dequantize(packed, kind).astype(np.float32)
         writer.add_tensor(name, packed, raw_dtype=kind)
     writer.write_header_to_file()

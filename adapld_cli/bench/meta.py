@@ -90,6 +90,7 @@ def run_meta(
         "model_source": loaded.source,
         "device": loaded.device,
         "dtype": loaded.dtype,
+        "weights": getattr(loaded, "weights", "dequantized"),
         "baseline_model": baseline_model,
         "torch": torch.__version__,
         "transformers": transformers.__version__,

@@ -22,7 +22,7 @@ import typer
 
 from adapld_cli.bench.methods import ABLATIONS, ALL_METHODS, DEFAULT_METHODS, VARIANTS
 from adapld_cli.cli.app import app
-from adapld_cli.cli.options import DeviceOpt, DtypeOpt, ModelOpt, ThreadsOpt
+from adapld_cli.cli.options import DeviceOpt, DtypeOpt, ModelOpt, ThreadsOpt, WeightsOpt
 
 HELP = (
     "Measure decoding speed: plain decoding (ar), transformers' generate (hf) and prompt "
@@ -121,6 +121,7 @@ def bench(
     model: ModelOpt = None,
     device: DeviceOpt = None,
     dtype: DtypeOpt = "auto",
+    weights: WeightsOpt = None,
     threads: ThreadsOpt = None,
 ) -> None:
     """Benchmark decoding methods (help text: ``HELP`` above)."""
@@ -137,7 +138,7 @@ def bench(
         if from_json:
             code = _merged(console, from_json, out)
         elif verify_cost:
-            code = _verify_cost(_load(model, device, dtype, threads))
+            code = _verify_cost(_load(model, device, dtype, threads, weights))
         else:
             options = BenchOptions(
                 methods=parse_methods(methods),
@@ -154,7 +155,7 @@ def bench(
             )
             if plot_out is not None:
                 _check_plot()
-            loaded = _load(model, device, dtype, threads)
+            loaded = _load(model, device, dtype, threads, weights)
             code = _run(console, loaded, task_list, options, out, tasks, instruction)
     except (_Usage, BenchError, EditError, ModelError) as exc:
         _line(console, f"adapld: error: {exc}", "red")  # one line, never wrapped
@@ -187,12 +188,14 @@ def _check_plot() -> None:
         raise _Usage("--plot needs matplotlib: pip install 'adapld[bench]'") from None
 
 
-def _load(model: str | None, device: str | None, dtype: str, threads: int | None) -> Any:
+def _load(
+    model: str | None, device: str | None, dtype: str, threads: int | None, weights: str | None
+) -> Any:
     from adapld_cli.model import load
     from adapld_cli.model.placement import set_threads
 
     set_threads(threads)
-    return load(model, device=device, dtype=dtype)
+    return load(model, device=device, dtype=dtype, weights=weights)
 
 
 def _verify_cost(loaded: Any) -> int:

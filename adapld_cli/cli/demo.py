@@ -17,7 +17,7 @@ import typer
 
 from adapld_cli.cli.app import app
 from adapld_cli.cli.helpfmt import PlainHelpCommand
-from adapld_cli.cli.options import DeviceOpt, DtypeOpt, ModelOpt, ThreadsOpt
+from adapld_cli.cli.options import DeviceOpt, DtypeOpt, ModelOpt, ThreadsOpt, WeightsOpt
 from adapld_cli.engine.methods import Method
 
 if TYPE_CHECKING:
@@ -64,6 +64,7 @@ def demo(
     model: ModelOpt = None,
     device: DeviceOpt = None,
     dtype: DtypeOpt = "auto",
+    weights: WeightsOpt = None,
     threads: ThreadsOpt = None,
     no_live: Annotated[
         bool, typer.Option("--no-live", help="Plain result lines instead of the panel.")
@@ -78,7 +79,7 @@ def demo(
     if method is Method.ar:
         view.error("--method must be adapld or pld")
         raise typer.Exit(2)
-    config = ModelConfig(spec=model, device=device, dtype=dtype, threads=threads)
+    config = ModelConfig(spec=model, device=device, dtype=dtype, threads=threads, weights=weights)
     with Signals():
         code = _run(view, config, instruction, method.value, compare)
     raise typer.Exit(code)

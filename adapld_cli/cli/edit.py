@@ -17,7 +17,7 @@ import typer
 
 from adapld_cli.cli.app import app
 from adapld_cli.cli.helpfmt import PlainHelpCommand
-from adapld_cli.cli.options import DeviceOpt, DtypeOpt, ModelOpt, ThreadsOpt
+from adapld_cli.cli.options import DeviceOpt, DtypeOpt, ModelOpt, ThreadsOpt, WeightsOpt
 from adapld_cli.engine.methods import METHOD_HELP, Method
 
 if TYPE_CHECKING:
@@ -210,6 +210,7 @@ def edit(
     model: ModelOpt = None,
     device: DeviceOpt = None,
     dtype: DtypeOpt = "auto",
+    weights: WeightsOpt = None,
     threads: ThreadsOpt = None,
     method: MethodOpt = Method.adapld,
     max_new_tokens: MaxNewTokensOpt = None,
@@ -251,7 +252,9 @@ def edit(
                 seed=seed,
                 force=force,
             ),
-            model=ModelConfig(spec=model, device=device, dtype=dtype, threads=threads),
+            model=ModelConfig(
+                spec=model, device=device, dtype=dtype, threads=threads, weights=weights
+            ),
             stdin_filename=stdin_filename,
             stats_json=stats_json,
         )

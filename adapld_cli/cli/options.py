@@ -1,4 +1,5 @@
-"""Options shared by several commands, defined once: model, placement, dtype, threads.
+"""Options shared by several commands, defined once: model, placement, dtype, weights,
+threads.
 
 Each is an ``Annotated`` type for a Typer parameter; commands use them as
 ``model: ModelOpt = None``. Help texts and defaults live only here.
@@ -45,6 +46,20 @@ DtypeOpt = Annotated[
         help="auto, float32, bfloat16, float16 or float64. auto: bfloat16 on CUDA; on a CPU "
         "the fastest exact setting (see README).",
         rich_help_panel=MODEL_PANEL,
+    ),
+]
+
+WeightsOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--weights",
+        metavar="MODE",
+        help="auto, quantized or dequantized. quantized: run a GGUF's 4/6-bit weights as they "
+        "are, on adapld's CPU kernels (bfloat16, AVX-512 BF16); dequantized: expand them to "
+        "--dtype. auto: quantized wherever it runs (see README). Default: $ADAPLD_WEIGHTS, "
+        "else auto.",
+        rich_help_panel=MODEL_PANEL,
+        show_default=False,
     ),
 ]
 

@@ -53,6 +53,7 @@ class ModelConfig:
     device: str | None = None
     dtype: str = "auto"
     threads: int | None = None  # torch CPU threads; None: the physical cores
+    weights: str | None = None  # auto | quantized | dequantized; None: $ADAPLD_WEIGHTS, auto
 
 
 @dataclass(frozen=True)
@@ -151,7 +152,8 @@ class _Run:
             self.report.fail(EXIT_USAGE)
             return None
         self.view.info(
-            f"model {loaded.name} ({loaded.source}) on {loaded.device}, {loaded.dtype}, "
+            f"model {loaded.name} ({loaded.source}) on {loaded.device}, {loaded.dtype}"
+            f"{', 4-bit weights' if loaded.weights == 'quantized' else ''}, "
             f"{threads} threads, loaded in {time.perf_counter() - started:.1f}s"
         )
         session = EditSession(loaded, self.config.options, self.config.template)
@@ -234,7 +236,12 @@ def load_model(
 
     threads = set_threads(config.threads)
     loaded = load(
-        config.spec, device=config.device, dtype=config.dtype, verbose=verbose, progress=progress
+        config.spec,
+        device=config.device,
+        dtype=config.dtype,
+        weights=config.weights,
+        verbose=verbose,
+        progress=progress,
     )
     return loaded, threads
 

@@ -518,7 +518,7 @@ def _load_quantized(folder: Path) -> Any:
     from accelerate import init_empty_weights
     from safetensors import safe_open
     from safetensors.torch import load_file
-    from transformers import AutoConfig, AutoModelForCausalLM, GenerationConfig
+    from transformers import AutoConfig, AutoModelForCausalLM
 
     from adapld_cli.model import quant
 
@@ -531,6 +531,8 @@ def _load_quantized(folder: Path) -> Any:
     }
     model.load_state_dict(state, strict=False, assign=True)
     cls = quant.quant_linear_class()
+    if not (folder / QUANT).is_file():  # no linear of this GGUF is Q4_K/Q6_K
+        return _finish_quantized(model, folder)
     with safe_open(str(folder / QUANT), framework="pt") as fh:
         for name, kind in json.loads(fh.metadata()["kinds"]).items():
             parent, _, child = name.rpartition(".")
@@ -539,7 +541,14 @@ def _load_quantized(folder: Path) -> Any:
             bias = old.bias if old.bias is not None and not old.bias.is_meta else None
             packed = {key: fh.get_tensor(f"{name}.{key}") for key in ("qp", "sc", "dd")}
             setattr(owner, child, cls(kind, packed, old.in_features, bias))
+    return _finish_quantized(model, folder)
+
+
+def _finish_quantized(model: Any, folder: Path) -> Any:
+    from transformers import GenerationConfig
+
     restore_packed(model, folder)
+    model.tie_weights()  # a tied LM head follows the embedding assigned above
     empty = [n for n, p in model.named_parameters() if p.is_meta]
     if empty:
         raise ModelError(f"cache {folder} lacks weights for {empty[0]}; run `adapld model clean`")
@@ -641,12 +650,13 @@ def _embedded_info(model: EmbeddedModel, quantized: bool = False) -> dict[str, A
     return info
 
 
-def embedded_models() -> list[dict[str, Any]]:
+def embedded_models(quantized: bool = False) -> list[dict[str, Any]]:
     """Every embedded model: ``name``, ``title``, ``upstream``, ``default``, ``state``,
-    ``size_bytes`` (of the cache when ready, else of the GGUF), ``summary``. No weights loaded."""
+    ``size_bytes`` (of the cache for ``quantized`` weights or not, when ready, else of the
+    GGUF), ``summary``. No weights loaded."""
     rows = []
     for model in EMBEDDED_MODELS.values():
-        info = _embedded_info(model)
+        info = _embedded_info(model, quantized)
         rows.append(
             {
                 "name": model.name,

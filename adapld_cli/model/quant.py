@@ -318,3 +318,29 @@ def quant_linear_class() -> type:
     if _CLASS is None:
         _CLASS = _quant_linear_class()
     return _CLASS
+
+
+def quantize_model(model: Any, kind: str = "q4") -> int:
+    """Replace every ``nn.Linear`` (and GPT-2 ``Conv1D``) of a bfloat16 CPU model whose shape
+    fits by a :class:`QuantLinear` of its weights quantized as ``kind``; returns how many.
+
+    For models without a GGUF (tests, comparisons): a GGUF's own integers are kept instead by
+    the converter (``convert.QUANT``).
+    """
+    import torch
+    from transformers.pytorch_utils import Conv1D
+
+    cls = quant_linear_class()
+    count = 0
+    for module in list(model.modules()):
+        for name, child in list(module.named_children()):
+            if not isinstance(child, (torch.nn.Linear, Conv1D)):
+                continue
+            w = child.weight.detach()
+            w = w if isinstance(child, torch.nn.Linear) else w.t()  # Conv1D stores [in, out]
+            n, k = w.shape
+            if fits(kind, n, k):
+                parts = quantize_q4(w) if kind == "q4" else quantize_q6(w)
+                setattr(module, name, cls(kind, pack(kind, parts), k, child.bias))
+                count += 1
+    return count

@@ -1,0 +1,168 @@
+"""4/6-bit weights on the quantized CPU kernels (adapld_cli.model.quant): the kernels read a
+GGUF's Q4_K / Q6_K blocks exactly, every row of an M-row product is the row computed alone
+(any M, any thread count), a K-quant GGUF loads onto them with ``--weights quantized`` (the
+default where they run), and its draft-tree rows equal single decoding steps bit for bit.
+Greedy AdaPLD on quantized tiny models is checked against plain decoding in test_kernels.py.
+These tests never skip for a missing compiler: on a CPU with AVX-512 BF16 the kernels must
+build (they skip only on a CPU without it, where adapld runs dequantised weights)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from adapld_cli.model import ModelError, load, quant
+from adapld_cli.model.convert import MANIFEST, QUANT
+from tests.test_kernels import dfs_tree, tree_vs_sequential
+from tests.test_model_gguf import write_tiny_gguf
+
+if "AVX-512 BF16" in (quant.unavailable() or ""):
+    pytest.skip(quant.unavailable(), allow_module_level=True)
+
+SHAPES = {"q4": (48, 96), "q6": (32, 80)}
+
+
+@pytest.fixture(autouse=True)
+def _kernels_build():
+    assert quant.unavailable() is None, quant.unavailable()
+
+
+def _layer(kind: str, seed: int = 0):
+    n, k = SHAPES[kind]
+    gen = torch.Generator().manual_seed(seed)
+    w = torch.randn(n, k, generator=gen) * 0.05
+    parts = quant.quantize_q4(w) if kind == "q4" else quant.quantize_q6(w)
+    bias = torch.randn(n, generator=gen).bfloat16()
+    layer = quant.quant_linear_class()(kind, quant.pack(kind, parts), k, bias)
+    return layer, quant.dequantize(kind, parts), bias
+
+
+@pytest.mark.parametrize("kind", quant.KINDS)
+def test_every_row_is_the_row_alone_for_any_row_count_and_threads(kind):
+    layer, w, bias = _layer(kind)
+    x = (torch.randn(130, w.shape[1], generator=torch.Generator().manual_seed(1))).bfloat16()
+    old = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        alone = torch.cat([layer(x[i : i + 1]) for i in range(len(x))])
+        torch.set_num_threads(2)
+        for m in range(1, len(x) + 1):
+            assert torch.equal(layer(x[:m]), alone[:m]), m
+    finally:
+        torch.set_num_threads(old)
+    ref = x.float() @ w.T + bias.float()  # the GGUF's values, summed in float32, rounded once
+    assert alone.dtype == torch.bfloat16
+    assert (alone.float() - ref).abs().max() <= ref.abs().max() * 2**-8
+    assert layer(x.reshape(2, 65, -1)).shape == (2, 65, w.shape[0])  # batch dimensions kept
+
+
+@pytest.mark.parametrize("kind", ["Q4_K", "Q6_K"])
+def test_gguf_blocks_are_read_exactly(kind):
+    from gguf import GGMLQuantizationType, dequantize
+
+    from tests.test_model_gguf import random_kquant
+
+    ggml = GGMLQuantizationType[kind]
+    blocks = random_kquant((32, 512), ggml, np.random.default_rng(0))
+    parts = getattr(quant, f"{kind[:2].lower()}k_parts")(blocks, 32, 512)
+    ref = torch.from_numpy(dequantize(blocks, ggml).reshape(32, 512))
+    assert torch.equal(quant.dequantize(kind[:2].lower(), parts), ref)
+
+
+def test_quantize_round_trips_within_a_step():
+    """Weights quantized for models without a GGUF come back within one step of each group."""
+    w = torch.randn(32, 256, generator=torch.Generator().manual_seed(3)) * 0.05
+    for kind, group in (("q4", 32), ("q6", 16)):
+        parts = getattr(quant, f"quantize_{kind}")(w)
+        g = w.reshape(32, -1, group)
+        step = (g.amax(-1) - g.amin(-1)) / 15 if kind == "q4" else g.abs().amax(-1) / 31
+        err = (quant.dequantize(kind, parts) - w).abs().reshape(32, -1, group).amax(-1)
+        assert (err <= step).all(), kind
+
+
+# ----------------------------------------------------------------------------- a K-quant GGUF
+
+QUANT_TYPES = {
+    "token_embd.weight": "Q4_K",
+    "blk.0.attn_q.weight": "Q4_K",
+    "blk.0.attn_k.weight": "Q4_K",
+    "blk.0.attn_v.weight": "Q6_K",
+    "blk.0.attn_output.weight": "Q4_K",
+    "blk.0.ffn_gate.weight": "Q4_K",
+    "blk.0.ffn_up.weight": "Q4_K",
+    "blk.0.ffn_down.weight": "Q6_K",
+    "output.weight": "Q6_K",  # 262 rows: not a multiple of 16, stays dequantised
+}
+
+
+@pytest.fixture(scope="module")
+def kquant_gguf(tmp_path_factory) -> Path:
+    from gguf import GGMLQuantizationType
+
+    path = tmp_path_factory.mktemp("kq") / "tiny-kquant.gguf"
+    types = {k: GGMLQuantizationType[v] for k, v in QUANT_TYPES.items()}
+    write_tiny_gguf(path, hidden=256, heads=4, kv=2, ffn=512, quant=types)
+    return path
+
+
+def test_kquant_gguf_loads_on_the_kernels_and_stays_exact(kquant_gguf, monkeypatch):
+    monkeypatch.delenv("ADAPLD_WEIGHTS", raising=False)
+    loaded = load(str(kquant_gguf), device="cpu", dtype="bfloat16")  # auto: quantized here
+    assert loaded.weights == "quantized"
+    folder = Path(loaded.path)
+    assert folder.name.endswith("-quantized")
+    manifest = json.loads((folder / MANIFEST).read_text())
+    assert manifest["weights"] == "quantized" and QUANT in manifest["files"]
+    model = loaded.model
+    cls = quant.quant_linear_class()
+    layer = model.model.layers[0]
+    kinds = {name: module.kind for name, module in layer.named_modules() if isinstance(module, cls)}
+    assert kinds == {
+        "self_attn.q_proj": "q4",
+        "self_attn.k_proj": "q4",
+        "self_attn.v_proj": "q6",
+        "self_attn.o_proj": "q4",
+        "mlp.gate_proj": "q4",
+        "mlp.up_proj": "q4",
+        "mlp.down_proj": "q6",
+    }
+    assert not isinstance(model.lm_head, cls)  # shape does not fit: packed bfloat16
+    assert not any(p.is_meta for p in model.parameters())
+    # The same numbers as the dequantised model, up to bfloat16 rounding of the weights.
+    plain = load(str(kquant_gguf), device="cpu", dtype="bfloat16", weights="dequantized")
+    assert plain.weights == "dequantized" and plain.path != loaded.path
+    ids = torch.tensor([list(range(3, 40))])
+    with torch.no_grad():
+        a, b = model(ids).logits.float(), plain.model(ids).logits.float()
+    assert (a - b).abs().max() <= 0.05 * b.abs().max()
+    assert torch.equal(a.argmax(-1), b.argmax(-1))
+    # A widest draft tree's rows are single decoding steps, bit for bit.
+    gen = torch.Generator().manual_seed(0)
+    prefix = torch.randint(0, 250, (40,), generator=gen).tolist()
+    parents = dfs_tree(65, seed=1)
+    tokens = torch.randint(0, 250, (len(parents),), generator=gen).tolist()
+    assert tree_vs_sequential(model, prefix, tokens, parents) == (len(parents), 0.0)
+
+
+def test_weights_choice_is_explicit_and_checked(kquant_gguf, monkeypatch):
+    monkeypatch.setenv("ADAPLD_WEIGHTS", "dequantized")
+    assert load(str(kquant_gguf), device="cpu", dtype="bfloat16").weights == "dequantized"
+    monkeypatch.setenv("ADAPLD_WEIGHTS", "quantized")
+    with pytest.raises(ModelError, match="compute in bfloat16, not float32"):
+        load(str(kquant_gguf), device="cpu", dtype="float32")
+    assert load(str(kquant_gguf), device="cpu", dtype="float32", weights="auto").weights == (
+        "dequantized"
+    )
+    monkeypatch.setenv("ADAPLD_KERNELS", "stock")
+    with pytest.raises(ModelError, match="ADAPLD_KERNELS=stock"):
+        load(str(kquant_gguf), device="cpu", dtype="bfloat16")
+    monkeypatch.delenv("ADAPLD_KERNELS")
+    with pytest.raises(ModelError, match="use one of auto, quantized, dequantized"):
+        load(str(kquant_gguf), device="cpu", weights="int3")
+    folder = Path(load(str(kquant_gguf), device="cpu", dtype="bfloat16").path)
+    with pytest.raises(ModelError, match="need a GGUF file or an embedded model"):
+        load(str(folder), device="cpu", dtype="bfloat16")  # a local folder

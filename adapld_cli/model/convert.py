@@ -8,7 +8,10 @@ tensor plus the mapped file. Float tensors keep their GGUF type; quantised ones 
 bfloat16 (half of float32; ``from_pretrained`` upcasts to the dtype asked for). An input
 embedding that is quantised and not tied to the output layer stays in its GGUF blocks in
 ``adapld-packed-embedding.safetensors`` and is dequantised at load by :func:`restore_packed`
-(exact values, a quarter of the disk). :func:`cache_state` tells whether a folder is "ready",
+(exact values, a quarter of the disk). With ``quantized=True`` the linear layers stored as
+Q4_K or Q6_K are not dequantised: their integers and scales go, packed for the CPU kernels of
+:mod:`adapld_cli.model.quant`, into ``adapld-quant.safetensors`` (a third of the disk, and
+what the kernels read). :func:`cache_state` tells whether a folder is "ready",
 "stale" (another source, an older cache format or another transformers major version) or
 "missing". Conversion runs under ``<target>.lock`` into a temp folder renamed into place, so
 a reader never sees a partial cache and a second process waiting on the lock finds the first

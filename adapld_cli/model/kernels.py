@@ -23,6 +23,8 @@ Modes (``$ADAPLD_KERNELS``, or the ``mode`` argument): ``exact`` (default: prepa
 (leave the model alone, for comparisons). Anything other than a CPU model in float32 or
 bfloat16 (float64 test models, float16, CUDA, MPS, a torch without oneDNN) is left alone.
 Tied embeddings keep working: the embedding keeps its weight, the LM head gets a packed copy.
+Linears already on the quantized kernels (:mod:`adapld_cli.model.quant`, batch-invariant
+too) are left as they are.
 """
 
 from __future__ import annotations

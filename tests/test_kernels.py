@@ -221,3 +221,36 @@ def test_greedy_adapld_is_plain_decoding_in_any_dtype(arch, dtype, quantized):
             lexical=s.lexical_accepted, branch=s.branch_accepted, semantic=s.semantic_accepted
         )
     assert min(accepted["lexical"], accepted["branch"], accepted["semantic"]) > 0, accepted
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_native_attention_runs_and_matches_the_torch_path(dtype, monkeypatch):
+    """The exact attention runs the native kernel (qmm.cpp) wherever it builds; its tree rows
+    are single steps bit for bit (the tests above), and it computes what the per-query torch
+    ops compute, up to float32 rounding. With the native kernel ruled out, the torch path is
+    exact too."""
+    from adapld_cli.model import quant
+
+    if "AVX-512 BF16" not in (quant.unavailable() or ""):
+        assert kernels._native_attention() is not None, quant.unavailable()
+    model = _packed("qwen2", dtype)
+    gen = torch.Generator().manual_seed(4)
+    prefix = torch.randint(0, 48, (90,), generator=gen).tolist()
+    parents = dfs_tree(WIDEST, seed=2)
+    tokens = torch.randint(0, 48, (len(parents),), generator=gen).tolist()
+
+    def tree_logits():
+        runner = ModelRunner(model, hidden_layer=None, want_hidden=False)
+        runner.prefill(prefix, 0)
+        depths: list[int] = []
+        for p in parents:
+            depths.append(0 if p < 0 else depths[p] + 1)
+        mask = tree_mask(parents, runner.cache_len, runner.dtype, runner.device)
+        return runner.step(tokens, depths, mask).logits.rows(list(range(len(tokens)))).float()
+
+    native = tree_logits()
+    monkeypatch.setattr(kernels, "_NATIVE", False)
+    torch_ops = tree_logits()
+    tol = 1e-5 if dtype == torch.float32 else 0.1
+    assert (native - torch_ops).abs().max() <= tol * torch_ops.abs().max()
+    assert tree_vs_sequential(model, prefix, tokens, parents) == (len(parents), 0.0)

@@ -205,7 +205,8 @@ def _verify_cost(loaded: Any) -> int:
 
     title = (
         f"forward cost over a {CONTEXT}-token cache, median of {REPEATS}: {loaded.name} "
-        f"[{loaded.device}, {loaded.dtype}, threads={torch.get_num_threads()}]"
+        f"[{loaded.device}, {loaded.dtype}, {loaded.weights} weights, "
+        f"threads={torch.get_num_threads()}]"
     )
     try:
         points = measure(loaded.model)

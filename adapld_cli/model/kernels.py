@@ -182,6 +182,7 @@ def use_exact_attention(model: Any) -> None:
     from transformers import AttentionInterface
     from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
 
+    _native_attention()  # build (or rule out) the native kernel now, not inside a pass
     AttentionInterface.register(ATTENTION, exact_attention)
     # padding masks are built as for sdpa; a plain causal pass gets None
     ALL_MASK_ATTENTION_FUNCTIONS.register(ATTENTION, sdpa_mask)
@@ -193,23 +194,26 @@ def use_exact_attention(model: Any) -> None:
 
 class _Plans:
     """Per-query key plans, derived once per forward pass: every layer receives the same
-    mask object, so the plan is keyed on it (weakly) and on the pass shape."""
+    mask object, so the plan is keyed on it (weakly) and on the pass shape. With the native
+    kernel the plan is its ``(prefix, ptr, extra)`` tensors (:func:`native_plan`)."""
 
     def __init__(self) -> None:
         self._key: tuple[Any, ...] | None = None
-        self._plan: list[Any] | None = None
+        self._plan: Any = None
 
-    def get(self, mask: Any, n: int, s: int) -> list[Any] | None:
+    def get(self, mask: Any, n: int, s: int, native: bool = False) -> Any:
         ref = None if mask is None else weakref.ref(mask)
         if self._key is not None:
-            old_ref, old_n, old_s = self._key
+            old_ref, old_n, old_s, old_native = self._key
             same = (old_ref is None and mask is None) or (
                 old_ref is not None and ref is not None and old_ref() is mask
             )
-            if same and old_n == n and old_s == s:
+            if same and old_n == n and old_s == s and old_native == native:
                 return self._plan
         self._plan = query_plan(mask, n, s)
-        self._key = (ref, n, s)
+        if native and self._plan is not None:
+            self._plan = native_plan(mask, n, s)
+        self._key = (ref, n, s, native)
         return self._plan
 
 
@@ -248,6 +252,41 @@ def query_plan(mask: Any, n: int, s: int) -> list[Any] | None:
     return plan
 
 
+def native_plan(mask: Any, n: int, s: int) -> tuple[Any, Any, Any]:
+    """The native kernel's form of :func:`query_plan` (for a mask it accepts): query ``i``
+    attends keys ``0..prefix[i]-1``, then ``extra[ptr[i]:ptr[i+1]]`` (int64 tensors)."""
+    import torch
+
+    if mask is None:
+        prefix = torch.arange(s - n + 1, s + 1)
+        return prefix, torch.zeros(n + 1, dtype=torch.long), torch.zeros(0, dtype=torch.long)
+    m = mask[0, 0]
+    allowed = m if m.dtype == torch.bool else m == 0  # [n, s]
+    prefix = allowed.int().cumprod(-1).sum(-1).long()  # leading run of each row
+    rest = allowed & (torch.arange(s)[None, :] >= prefix[:, None])
+    ptr = torch.zeros(n + 1, dtype=torch.long)
+    ptr[1:] = rest.sum(-1).cumsum(0)
+    return prefix, ptr, rest.nonzero()[:, 1].contiguous()  # row-major: rows in order
+
+
+_NATIVE: Any = None  # the built native kernels while the exact attention uses them
+
+
+def _native_attention() -> Any:
+    """The native attention kernel (``qmm.cpp``), built on first use, or None where it
+    cannot be built here (then the per-query torch ops below run: also exact, slower).
+    Decided once per process, so every pass of a generation takes the same path."""
+    global _NATIVE
+    if _NATIVE is None:
+        from adapld_cli.model import quant
+
+        try:
+            _NATIVE = quant.extension()
+        except RuntimeError:
+            _NATIVE = False
+    return _NATIVE or None
+
+
 def exact_attention(
     module: Any,
     query: Any,
@@ -274,6 +313,7 @@ def exact_attention(
     b, h, n, d = query.shape
     kv, s = key.shape[1], key.shape[2]
     plan = None
+    native = _native_attention() if key.dtype in (torch.float32, torch.bfloat16) else None
     if (
         b == 1
         and n <= EXACT_MAX_QUERIES
@@ -282,12 +322,16 @@ def exact_attention(
         and kwargs.get("softcap") is None
         and not getattr(module, "training", False)
     ):
-        plan = _plans.get(attention_mask, n, s)
+        plan = _plans.get(attention_mask, n, s, native is not None)
     if plan is None:
         return sdpa_attention_forward(
             module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs
         )
     scale = d**-0.5 if scaling is None else scaling
+    if native is not None:  # [n, H, d] float32 queries, scaled once
+        q = (query[0].float() * scale).transpose(0, 1).contiguous()
+        out = native.attention(q, key[0].contiguous(), value[0].contiguous(), *plan)
+        return out.unsqueeze(0).to(query.dtype), None
     g = h // kv
     # half-precision matmuls of these tiny shapes cost more in dispatch than in arithmetic:
     # run them in float32 (bf16 products are exact in float32), round the output once

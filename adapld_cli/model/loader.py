@@ -490,6 +490,8 @@ def load(
     if folder is not None:
         restore_packed(model, folder)
     model.eval()
+    if kernels.supported(model) is None and kernels.resolve_mode() == "exact":
+        _build_kernels("auto", show)  # the native attention (shown on a first build)
     kernels.apply(model)  # prepacked, batch-invariant CPU kernels ($ADAPLD_KERNELS=stock: off)
     path = ref if folder is not None else str(getattr(model, "name_or_path", ref))
     if hub:

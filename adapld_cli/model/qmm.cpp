@@ -24,6 +24,7 @@
 #include <ATen/Parallel.h>
 #include <immintrin.h>
 
+#include <cmath>
 #include <cstring>
 #include <vector>
 
@@ -184,7 +185,141 @@ torch::Tensor mm_q6(torch::Tensor x, torch::Tensor qp, torch::Tensor sc, torch::
   return y;
 }
 
+// ----------------------------------------------------------------------------- attention
+// Exact attention for decoding passes: query i attends keys 0..P[i]-1 of the cache, then the
+// keys extra[ptr[i]..ptr[i+1]) (its tree ancestors and itself), in that order. Per query and
+// head: scores as 16-lane dot products reduced in a fixed tree, softmax with a fixed
+// polynomial exp over 16-key chunks, the weighted sum of values accumulated key by key. Every
+// operation depends only on the query, its key sequence and d: a node of a draft tree gets
+// the very result of a single decoding step over the same keys, whatever else is in the pass.
+
+namespace {
+
+inline __m512 exp512(__m512 x) {  // Cephes expf: x = k ln2 + r, |r| <= ln2 / 2
+  x = _mm512_max_ps(x, _mm512_set1_ps(-87.3f));
+  const __m512 k = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(k, _mm512_set1_ps(0.693359375f), x);
+  r = _mm512_fnmadd_ps(k, _mm512_set1_ps(-2.12194440e-4f), r);
+  __m512 p = _mm512_set1_ps(1.9875691500E-4f);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507E-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073E-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894E-2f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459E-1f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201E-1f));
+  const __m512 y = _mm512_add_ps(_mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r), _mm512_set1_ps(1.f));
+  return _mm512_scalef_ps(y, k);
+}
+
+inline __mmask16 tail_mask(int64_t left) {
+  return left >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << left) - 1);
+}
+
+template <typename T>
+inline __m512 load16(const T* p, __mmask16 m);
+
+template <>
+inline __m512 load16<float>(const float* p, __mmask16 m) {
+  return _mm512_maskz_loadu_ps(m, p);
+}
+
+template <>
+inline __m512 load16<at::BFloat16>(const at::BFloat16* p, __mmask16 m) {
+  __m256i h = _mm256_maskz_loadu_epi16(m, (const void*)p);
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+template <typename T>
+void attend(const float* Q, const T* K, const T* V, const int64_t* P, const int64_t* ptr,
+            const int64_t* extra, float* O, int64_t n, int64_t H, int64_t KV, int64_t S,
+            int64_t d) {
+  const int64_t G = H / KV, C = (d + 15) / 16;
+  at::parallel_for(0, n * KV, 1, [&](int64_t w0, int64_t w1) {
+    std::vector<float> score;
+    std::vector<__m512> acc(G * C), kv16(C);
+    for (int64_t w = w0; w < w1; ++w) {
+      const int64_t i = w / KV, kv = w % KV, e0 = ptr[i], L = P[i] + ptr[i + 1] - e0;
+      const T* Kh = K + kv * S * d;
+      const T* Vh = V + kv * S * d;
+      const float* Qi = Q + (i * H + kv * G) * d;  // G heads of this kv head, [G][d]
+      auto key = [&](int64_t j) { return j < P[i] ? j : extra[e0 + j - P[i]]; };
+      score.assign(G * L, 0.f);
+      for (int64_t j = 0; j < L; ++j) {
+        const T* kj = Kh + key(j) * d;
+        for (int64_t c = 0; c < C; ++c) kv16[c] = load16<T>(kj + c * 16, tail_mask(d - c * 16));
+        for (int64_t g = 0; g < G; ++g) {
+          __m512 a = _mm512_setzero_ps();
+          for (int64_t c = 0; c < C; ++c)
+            a = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(tail_mask(d - c * 16), Qi + g * d + c * 16),
+                                kv16[c], a);
+          score[g * L + j] = _mm512_reduce_add_ps(a);
+        }
+      }
+      for (int64_t g = 0; g < G; ++g) {  // softmax over 16-key chunks, fixed order
+        float* sg = score.data() + g * L;
+        __m512 mx = _mm512_set1_ps(-INFINITY);
+        for (int64_t j = 0; j < L; j += 16)
+          mx = _mm512_max_ps(mx, _mm512_mask_loadu_ps(_mm512_set1_ps(-INFINITY),
+                                                      tail_mask(L - j), sg + j));
+        const __m512 top = _mm512_set1_ps(_mm512_reduce_max_ps(mx));
+        __m512 sum = _mm512_setzero_ps();
+        for (int64_t j = 0; j < L; j += 16) {
+          const __mmask16 m = tail_mask(L - j);
+          const __m512 e = exp512(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, sg + j), top));
+          sum = _mm512_add_ps(sum, _mm512_maskz_mov_ps(m, e));
+          _mm512_mask_storeu_ps(sg + j, m, e);
+        }
+        const __m512 total = _mm512_set1_ps(_mm512_reduce_add_ps(sum));
+        for (int64_t j = 0; j < L; j += 16) {
+          const __mmask16 m = tail_mask(L - j);
+          _mm512_mask_storeu_ps(sg + j, m, _mm512_div_ps(_mm512_maskz_loadu_ps(m, sg + j), total));
+        }
+      }
+      for (auto& a : acc) a = _mm512_setzero_ps();
+      for (int64_t j = 0; j < L; ++j) {  // weighted sum of values, key by key
+        const T* vj = Vh + key(j) * d;
+        for (int64_t c = 0; c < C; ++c) {
+          const __m512 vc = load16<T>(vj + c * 16, tail_mask(d - c * 16));
+          for (int64_t g = 0; g < G; ++g)
+            acc[g * C + c] = _mm512_fmadd_ps(_mm512_set1_ps(score[g * L + j]), vc, acc[g * C + c]);
+        }
+      }
+      float* Oi = O + (i * H + kv * G) * d;
+      for (int64_t g = 0; g < G; ++g)
+        for (int64_t c = 0; c < C; ++c)
+          _mm512_mask_storeu_ps(Oi + g * d + c * 16, tail_mask(d - c * 16), acc[g * C + c]);
+    }
+  });
+}
+
+}  // namespace
+
+// q float [n][H][d] (scaled); k, v [KV][S][d] float or bfloat16; prefix int64 [n];
+// ptr int64 [n + 1]; extra int64 [ptr[n]] -> float [n][H][d]
+torch::Tensor attention(torch::Tensor q, torch::Tensor k, torch::Tensor v, torch::Tensor prefix,
+                        torch::Tensor ptr, torch::Tensor extra) {
+  TORCH_CHECK(q.scalar_type() == torch::kFloat && q.is_contiguous() && k.is_contiguous() &&
+              v.is_contiguous() && k.scalar_type() == v.scalar_type());
+  const int64_t n = q.size(0), H = q.size(1), d = q.size(2), KV = k.size(0), S = k.size(1);
+  TORCH_CHECK(H % KV == 0 && k.size(2) == d && v.size(1) == S);
+  auto out = torch::empty_like(q);
+  const int64_t* P = prefix.data_ptr<int64_t>();
+  const int64_t* R = ptr.data_ptr<int64_t>();
+  const int64_t* E = extra.data_ptr<int64_t>();
+  if (k.scalar_type() == torch::kBFloat16)
+    attend<at::BFloat16>(q.data_ptr<float>(), k.data_ptr<at::BFloat16>(),
+                         v.data_ptr<at::BFloat16>(), P, R, E, out.data_ptr<float>(), n, H, KV, S,
+                         d);
+  else {
+    TORCH_CHECK(k.scalar_type() == torch::kFloat);
+    attend<float>(q.data_ptr<float>(), k.data_ptr<float>(), v.data_ptr<float>(), P, R, E,
+                  out.data_ptr<float>(), n, H, KV, S, d);
+  }
+  return out;
+}
+
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("mm_q4", &mm_q4, "bf16 x [M, K] @ Q4_K-style weights -> [M, N]");
   m.def("mm_q6", &mm_q6, "bf16 x [M, K] @ Q6_K-style weights -> [M, N]");
+  m.def("attention", &attention, "exact per-query attention over prefix + extra keys");
 }

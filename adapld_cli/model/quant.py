@@ -52,6 +52,7 @@ def _static_reason() -> str | None:
         return "this CPU has no AVX-512 BF16"
     if shutil.which("c++") is None and shutil.which("g++") is None:
         return "no C++ compiler (c++/g++) on PATH"
+    _ninja_on_path()
     try:
         from torch.utils.cpp_extension import verify_ninja_availability
 
@@ -59,6 +60,21 @@ def _static_reason() -> str | None:
     except RuntimeError:
         return "ninja is not installed"
     return None
+
+
+def _ninja_on_path() -> None:
+    """Put the ``ninja`` wheel's binary (a dependency) on PATH for torch's extension builder,
+    also when adapld runs from a virtual environment that is not activated."""
+    import os
+
+    try:
+        import ninja
+    except ImportError:
+        return
+    folder = str(getattr(ninja, "BIN_DIR", ""))
+    path = os.environ.get("PATH", "")
+    if folder and folder not in path.split(os.pathsep):
+        os.environ["PATH"] = folder + os.pathsep + path
 
 
 def unavailable() -> str | None:

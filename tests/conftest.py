@@ -181,6 +181,16 @@ def _clean_env(request, monkeypatch, tmp_path_factory):
         monkeypatch.setenv("ADAPLD_HOME", str(tmp_path_factory.getbasetemp() / "adapld-home"))
     if real and request.node.get_closest_marker("default_model") is None:
         monkeypatch.setenv("ADAPLD_MODEL", TEST_MODEL)
+    _native_kernels_built()
+
+
+def _native_kernels_built() -> None:
+    """Build adapld's native kernels (adapld_cli/model/qmm.cpp) in this ``ADAPLD_HOME`` here,
+    once: a first build (~30-60 s) must not happen inside a subprocess a test times."""
+    from adapld_cli.model import quant
+
+    if quant.unavailable() is None:
+        quant.extension()  # a no-op once built for this home
 
 
 @pytest.fixture(scope="session")

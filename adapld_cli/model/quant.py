@@ -19,6 +19,7 @@ Contract:
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from pathlib import Path
 from typing import Any
@@ -30,7 +31,7 @@ SOURCE = Path(__file__).with_name("qmm.cpp")
 CFLAGS = ["-O3", "-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512bf16", "-fopenmp"]
 # -fopenmp: at::parallel_for runs on OpenMP; the extension binds to the libgomp torch loaded
 
-_EXT: Any = None
+_EXT: dict[Path, Any] = {}  # build folder -> loaded module (one per $ADAPLD_HOME in use)
 _FAILED: str | None = None
 
 
@@ -45,6 +46,7 @@ def _cpu_flags() -> set[str]:
     return set()
 
 
+@functools.lru_cache(maxsize=1)
 def _static_reason() -> str | None:
     import shutil
 
@@ -82,22 +84,27 @@ def unavailable() -> str | None:
     return _FAILED or _static_reason()
 
 
-def _build_dir() -> tuple[Path, str]:
+@functools.lru_cache(maxsize=1)
+def _digest() -> str:
     import torch
 
+    data = SOURCE.read_bytes() + " ".join(CFLAGS).encode() + torch.__version__.encode()
+    return hashlib.sha256(data).hexdigest()[:12]
+
+
+def _build_dir() -> tuple[Path, str]:
     from adapld_cli.model.paths import cache_dir
 
-    digest = hashlib.sha256(
-        SOURCE.read_bytes() + " ".join(CFLAGS).encode() + torch.__version__.encode()
-    ).hexdigest()[:12]
-    return cache_dir() / "kernels" / f"qmm-{digest}", f"adapld_qmm_{digest}"
+    return cache_dir() / "kernels" / f"qmm-{_digest()}", f"adapld_qmm_{_digest()}"
 
 
 def extension(progress: bool = False) -> Any:
-    """The built ``qmm`` module; raises ``RuntimeError`` (one line) where it cannot be had."""
-    global _EXT, _FAILED
-    if _EXT is not None:
-        return _EXT
+    """The ``qmm`` module built in this ``$ADAPLD_HOME`` (built there first if needed, so a
+    later process finds it); raises ``RuntimeError`` (one line) where it cannot be had."""
+    global _FAILED
+    folder, name = _build_dir()
+    if folder in _EXT:
+        return _EXT[folder]
     reason = unavailable()
     if reason:
         raise RuntimeError(reason)
@@ -109,7 +116,6 @@ def extension(progress: bool = False) -> Any:
 
     from adapld_cli.model.progress import step
 
-    folder, name = _build_dir()
     folder.mkdir(parents=True, exist_ok=True)
     built = any(folder.glob(f"{name}*.so"))
     try:
@@ -117,7 +123,7 @@ def extension(progress: bool = False) -> Any:
             if not built:
                 stack.enter_context(step(progress, "Building the 4-bit CPU kernels (one time)"))
             with contextlib.redirect_stdout(io.StringIO()):
-                _EXT = load(
+                _EXT[folder] = load(
                     name=name,
                     sources=[str(SOURCE)],
                     extra_cflags=CFLAGS,
@@ -131,7 +137,7 @@ def extension(progress: bool = False) -> Any:
             + (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
         )
         raise RuntimeError(_FAILED) from exc
-    return _EXT
+    return _EXT[folder]
 
 
 # ----------------------------------------------------------------------------- parts

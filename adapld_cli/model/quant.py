@@ -117,11 +117,16 @@ def extension(progress: bool = False) -> Any:
     from adapld_cli.model.progress import step
 
     folder.mkdir(parents=True, exist_ok=True)
-    built = any(folder.glob(f"{name}*.so"))
+    library = folder / f"{name}.so"
     try:
         with FileLock(str(folder) + ".lock"), contextlib.ExitStack() as stack:
-            if not built:
-                stack.enter_context(step(progress, "Building the 4-bit CPU kernels (one time)"))
+            if library.is_file():  # built: import it (torch's loader would take its own lock)
+                _EXT[folder] = _import(library, name)
+                return _EXT[folder]
+            stack.enter_context(step(progress, "Building the 4-bit CPU kernels (one time)"))
+            # torch's build lock file left by a process killed mid-build would make load()
+            # wait forever; any build here runs under our lock, so one present now is stale
+            (folder / "lock").unlink(missing_ok=True)
             with contextlib.redirect_stdout(io.StringIO()):
                 _EXT[folder] = load(
                     name=name,
@@ -138,6 +143,19 @@ def extension(progress: bool = False) -> Any:
         )
         raise RuntimeError(_FAILED) from exc
     return _EXT[folder]
+
+
+def _import(library: Path, name: str) -> Any:
+    """Import the built extension module from its file."""
+    import importlib.util
+
+    import torch  # noqa: F401  (the library links against torch's)
+
+    spec = importlib.util.spec_from_file_location(name, library)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 # ----------------------------------------------------------------------------- parts

@@ -199,3 +199,29 @@ def test_stream_events_and_stop_token(model):
     assert events[-1].finished and events[-1].stop_reason == "eos"
     assert all(len(e.tokens) == len(e.sources) for e in events)
     assert not any(e.finished for e in events[:-1])
+
+
+def test_reference_drafts_are_verified(model):
+    """A predicted output (``reference``) only decides what is drafted: with the exact answer,
+    a corrupted one (every fifth token changed, two tokens dropped) or noise as the
+    reference, adapld and pld emit plain decoding's tokens; with the exact answer on prompts
+    without copyable spans most tokens come from the reference, in far fewer passes."""
+    rng = random.Random(0)
+    exact_accepted = exact_tokens = 0
+    for seed in range(6):
+        prompt = random_prompt(seed, repeats=seed % 2 == 0)
+        cfg = GenerationConfig(max_new_tokens=40)
+        ref = generate(model, prompt, cfg, "ar").tokens
+        corrupted = [(t + 1) % VOCAB if i % 5 == 4 else t for i, t in enumerate(ref)]
+        del corrupted[10:12]
+        noise = [rng.randrange(VOCAB) for _ in range(40)]
+        for name, prediction in (("exact", ref), ("corrupted", corrupted), ("noise", noise)):
+            for method in ("adapld", "pld"):
+                out = generate(model, prompt, cfg, method, reference=prediction)
+                assert out.tokens == ref, (name, method, seed)
+                if name == "exact" and method == "adapld" and seed % 2:
+                    exact_accepted += out.stats.accepted_draft_tokens
+                    exact_tokens += out.stats.new_tokens
+                    assert out.stats.forward_passes <= 12, out.stats.forward_passes
+        assert generate(model, prompt, cfg, "ar", reference=ref).stats.forward_passes == 40
+    assert exact_accepted >= 0.7 * exact_tokens, (exact_accepted, exact_tokens)

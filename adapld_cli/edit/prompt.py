@@ -131,16 +131,27 @@ def prompt_filename(name: str) -> str:
         return Path(name).name or name
 
 
-def render(
-    template: PromptTemplate,
-    tokenizer: Any,
-    *,
-    code: str,
-    instruction: str,
-    filename: str,
-    lang: str | None,
-) -> tuple[str, str]:
-    """The prompt text (ending in the opened fence) and the fence used."""
+@dataclass(frozen=True)
+class Conversation:
+    """The chat for one file: ``messages`` (system and user turns), the ``opening`` the
+    answer starts with (the template's assistant prefix, the code fence and a newline), and
+    the ``fence``. Sent to a server, the opening is the last, assistant, message: the
+    answer continues it."""
+
+    messages: list[dict[str, str]]
+    opening: str
+    fence: str
+
+    @property
+    def with_opening(self) -> list[dict[str, str]]:
+        """The messages plus the opening as the assistant turn to continue."""
+        return [*self.messages, {"role": "assistant", "content": self.opening}]
+
+
+def conversation(
+    template: PromptTemplate, *, code: str, instruction: str, filename: str, lang: str | None
+) -> Conversation:
+    """The messages and answer opening for editing ``code`` (no tokenizer needed)."""
     fence = fence_for(code)
     tag = lang or ""
     block = f"{fence}{tag}\n{code}{'' if code.endswith(chr(10)) or not code else chr(10)}{fence}"
@@ -157,12 +168,36 @@ def render(
     messages = ([{"role": "system", "content": system}] if system else []) + [
         {"role": "user", "content": user}
     ]
-    opening = f"{template.assistant_prefix}{fence}{tag}\n"
+    return Conversation(messages, f"{template.assistant_prefix}{fence}{tag}\n", fence)
+
+
+def chat_text(tokenizer: Any, messages: list[dict[str, str]]) -> str:
+    """The prompt text for ``messages``, ending where the answer starts: the tokenizer's chat
+    template with the assistant turn opened, or a plain fallback when it has none. A last
+    message from the assistant is not a finished turn but the start of the answer (a
+    prefill): its text follows the opened turn as it is, and the model continues it."""
+    prefill = ""
+    if messages and messages[-1]["role"] == "assistant":
+        prefill, messages = messages[-1]["content"], messages[:-1]
     if getattr(tokenizer, "chat_template", None):
         chat = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
     else:
         chat = "".join(f"{m['content']}\n\n" for m in messages)
-    return chat + opening, fence
+    return chat + prefill
+
+
+def render(
+    template: PromptTemplate,
+    tokenizer: Any,
+    *,
+    code: str,
+    instruction: str,
+    filename: str,
+    lang: str | None,
+) -> tuple[str, str]:
+    """The prompt text (ending in the opened fence) and the fence used."""
+    conv = conversation(template, code=code, instruction=instruction, filename=filename, lang=lang)
+    return chat_text(tokenizer, conv.with_opening), conv.fence
 
 
 def build_prompt(

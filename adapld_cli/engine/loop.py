@@ -20,6 +20,7 @@ from adapld_cli.engine.adapter import ModelRunner
 from adapld_cli.engine.context import Context
 from adapld_cli.engine.cost import CostModel
 from adapld_cli.engine.drafters import Drafter, make_drafter
+from adapld_cli.engine.drafters.reference import WithReference
 from adapld_cli.engine.sampling import TokenChooser
 from adapld_cli.engine.settings import AdaPLDSettings
 from adapld_cli.engine.stops import StopChecker
@@ -35,11 +36,15 @@ def stream(
     *,
     tokenizer: Any = None,
     settings: AdaPLDSettings | None = None,
+    reference: Sequence[int] = (),
 ) -> Iterator[StepEvent]:
     """Generate from ``prompt_ids`` with ``method``, yielding one event per decode step.
 
     ``config.stop_token_ids`` defaults to the model's ``generation_config.eos_token_id``;
     ``config.stop_strings`` need ``tokenizer``. The last event has ``finished=True``.
+    ``reference``: token ids of a predicted output to draft from as well
+    (:class:`~adapld_cli.engine.drafters.reference.WithReference`; never with ``ar``, whose
+    passes stay single-token).
     """
     config = config or GenerationConfig()
     if not prompt_ids:
@@ -47,6 +52,8 @@ def stream(
     if config.max_new_tokens < 1:
         raise ValueError("max_new_tokens must be >= 1")
     drafter = make_drafter(method, settings)
+    if reference and drafter.name != "ar":
+        drafter = WithReference(drafter, reference)
     gen_cfg = getattr(model, "generation_config", None)
     stops = StopChecker(config, tokenizer, getattr(gen_cfg, "eos_token_id", None))
     runner = ModelRunner(
@@ -69,11 +76,21 @@ def generate(
     *,
     tokenizer: Any = None,
     settings: AdaPLDSettings | None = None,
+    reference: Sequence[int] = (),
 ) -> GenerationResult:
     """Run :func:`stream` to the end; returns the generated tokens and statistics."""
     tokens: list[int] = []
     event = None
-    for event in stream(model, prompt_ids, config, method, tokenizer=tokenizer, settings=settings):
+    events = stream(
+        model,
+        prompt_ids,
+        config,
+        method,
+        tokenizer=tokenizer,
+        settings=settings,
+        reference=reference,
+    )
+    for event in events:
         tokens.extend(event.tokens)
     return GenerationResult(tokens=tokens, stats=event.stats, stop_reason=event.stop_reason)
 

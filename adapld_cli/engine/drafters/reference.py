@@ -1,0 +1,80 @@
+"""Drafts copied from a reference text: the predicted output a client sends with a request.
+
+:class:`WithReference` wraps any drafter. Every step it asks the wrapped drafter for its tree
+and also looks the context's last tokens up in the reference (n-grams of 3, 2, then 1
+tokens). The reference's chain replaces the wrapped drafter's tree when the reference is
+being followed (the match lies where the previous reference chain left off) or when the
+wrapped drafter found nothing. Either way the tree is verified like any other, so the output
+is still exactly plain decoding's; the reference only decides how much each pass accepts.
+The wrapped drafter sees every step's feedback (its index and statistics stay current).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from adapld_cli.engine.context import Context
+from adapld_cli.engine.drafters.base import Drafter
+from adapld_cli.engine.ngram import NgramIndex
+from adapld_cli.engine.tree import DraftTree
+from adapld_cli.engine.types import Source
+
+REFERENCE_NGRAM = 3  # longest n-gram looked up in the reference
+REFERENCE_CHAIN = 32  # most tokens copied from the reference per pass
+
+
+class WithReference:
+    """``inner``'s drafts, or chains copied from ``reference`` (see the module contract)."""
+
+    def __init__(self, inner: Drafter, reference: Sequence[int]) -> None:
+        self.inner = inner
+        self.name = inner.name
+        self.wants_hidden = inner.wants_hidden
+        self.wants_topk = inner.wants_topk
+        self.prompt_topk = inner.prompt_topk
+        self.hidden_layer = inner.hidden_layer
+        self.index = NgramIndex(1, REFERENCE_NGRAM)
+        self.index.extend(reference)
+        self.cursor: int | None = None  # reference position of the pending token, if followed
+        self._used: int | None = None  # end position of the match copied this step
+
+    def start(self, ctx: Context) -> None:
+        self.inner.start(ctx)
+
+    def propose(self, ctx: Context, max_nodes: int) -> DraftTree:
+        tree = self.inner.propose(ctx, max_nodes)
+        self._used = None
+        hit, aligned = self._match(ctx.tokens)
+        if hit is None or max_nodes <= 0 or not (aligned or tree.num_drafts == 0):
+            return tree
+        chain = self.index.tokens[hit + 1 : hit + 1 + min(REFERENCE_CHAIN, max_nodes)]
+        if not chain:
+            return tree
+        own = DraftTree.root(ctx.tokens[-1])
+        own.looked_up = True
+        own.kind = "lexical"
+        own.add_chain(chain, 0, Source.LEXICAL, max_nodes)
+        self._used = hit
+        return own
+
+    def _match(self, tokens: list[int]) -> tuple[int | None, bool]:
+        """End position in the reference of the longest n-gram ending the context, the one
+        at the cursor when it is among them; and whether it was at the cursor."""
+        for n in range(REFERENCE_NGRAM, 0, -1):
+            if len(tokens) < n:
+                continue
+            hits = self.index.lookup(tokens[-n:], len(self.index))
+            if not hits:
+                continue
+            if self.cursor is not None and self.cursor in hits:
+                return self.cursor, True
+            after = [h for h in hits if self.cursor is None or h >= self.cursor]
+            return (after or hits)[0], False
+        return None, False
+
+    def feedback(self, ctx: Context, tree: DraftTree, path: list[int], emitted: list[int]) -> None:
+        if self._used is not None:
+            self.cursor = self._used + len(emitted)
+        elif self.cursor is not None:
+            self.cursor += len(emitted)
+        self.inner.feedback(ctx, tree, path, emitted)

@@ -58,7 +58,7 @@ def _register() -> None:
     """Import the command modules; each adds its commands to ``app``."""
     import importlib
 
-    for name in ("edit", "model", "bench", "demo", "undo"):
+    for name in ("edit", "model", "bench", "demo", "undo", "serve"):
         try:
             importlib.import_module(f"adapld_cli.cli.{name}")
         except ModuleNotFoundError as exc:  # a command module not written yet

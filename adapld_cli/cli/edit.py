@@ -45,7 +45,8 @@ EPILOG = (
     "on disk during the edit; --check found changes) · 2 bad usage or input (missing file, "
     "binary or non-UTF-8 file, FIFO or device, notebook, read-only file without --force, "
     "empty instruction, file too long for the model; also a --stats-json file that cannot "
-    "be written) · 130 interrupted by Ctrl-C and 143 by SIGTERM (the file being edited is "
+    "be written; a --server that cannot be reached, times out or answers an error or "
+    "garbage) · 130 interrupted by Ctrl-C and 143 by SIGTERM (the file being edited is "
     "left untouched; files finished before are listed).\n\n"
     "The model is --model, else $ADAPLD_MODEL, else the embedded "
     "Qwen2.5-Coder-0.5B-Instruct. NO_COLOR turns colour off; the live panel is drawn only "
@@ -190,6 +191,19 @@ NoLiveOpt = Annotated[
     bool, _opt("--no-live", help="No live panel; print one result line per file.", panel=_SHOW)
 ]
 QuietOpt = Annotated[bool, _opt("--quiet", "-q", help="Print errors only.", panel=_SHOW)]
+ServerOpt = Annotated[
+    str | None,
+    _opt(
+        "--server",
+        metavar="URL",
+        help="Generate with the model behind this OpenAI-compatible base URL (adapld serve, "
+        "llama.cpp's llama-server, vLLM, ...; e.g. http://127.0.0.1:8000/v1) instead of "
+        "loading one; --model then names the server's model (default: the first it lists). "
+        "Checks, write-back and undo are the same. Default: $ADAPLD_SERVER; the key, if "
+        "any, from $ADAPLD_API_KEY.",
+        panel="Model",
+    ),
+]
 VerboseOpt = Annotated[
     bool,
     _opt("--verbose", "-v", help="Also print model, prompt and budget details.", panel=_SHOW),
@@ -212,6 +226,7 @@ def edit(
     dtype: DtypeOpt = "auto",
     weights: WeightsOpt = None,
     threads: ThreadsOpt = None,
+    server: ServerOpt = None,
     method: MethodOpt = Method.adapld,
     max_new_tokens: MaxNewTokensOpt = None,
     temperature: TemperatureOpt = 0.0,
@@ -226,6 +241,7 @@ def edit(
     """Edit files with the model (help text: ``HELP`` above)."""
     from adapld_cli.edit import EditError, EditOptions
     from adapld_cli.edit.interrupt import Signals
+    from adapld_cli.edit.remote import ServerConfig
     from adapld_cli.edit.run import EditConfig, ModelConfig, run_edit
     from adapld_cli.edit.writeback import WriteBack
     from adapld_cli.ui import ConsoleView, stderr_console
@@ -257,6 +273,7 @@ def edit(
             ),
             stdin_filename=stdin_filename,
             stats_json=stats_json,
+            server=ServerConfig.from_options(server, model),
         )
         with Signals() as signals:
             report = run_edit(config, view, signals=signals)

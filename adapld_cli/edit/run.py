@@ -36,6 +36,7 @@ from adapld_cli.edit.interrupt import Interrupted, Signals, describe, exit_code_
 from adapld_cli.edit.journal import Journal, Run
 from adapld_cli.edit.outcome import Outcome, RunReport, StatsLog, Status
 from adapld_cli.edit.prompt import PromptTemplate
+from adapld_cli.edit.remote import ChatClient, RemoteSession, ServerConfig, ServerError
 from adapld_cli.edit.session import EditOptions, EditResult, EditSession
 from adapld_cli.edit.writeback import WriteBack, apply_result
 from adapld_cli.engine.adapter import UnsupportedModelError
@@ -68,6 +69,7 @@ class EditConfig:
     model: ModelConfig = field(default_factory=ModelConfig)
     stdin_filename: str | None = None
     stats_json: Path | None = None
+    server: ServerConfig | None = None  # generate through this server instead of loading
 
 
 class View(Protocol):
@@ -136,12 +138,19 @@ class _Run:
         session = self.session() if todo else None
         if session is None:
             return
-        for n, item in enumerate(todo):
-            if self.one(session, item) or self.stop_after(len(todo) - n - 1):
-                return
+        try:
+            for n, item in enumerate(todo):
+                if self.one(session, item) or self.stop_after(len(todo) - n - 1):
+                    return
+        finally:
+            if isinstance(session, RemoteSession):
+                session.close()
 
-    def session(self) -> EditSession | None:
-        """Load the model (``None`` after reporting a model error) and open the session."""
+    def session(self) -> EditSession | RemoteSession | None:
+        """Load the model, or connect to the server (``None`` after reporting a model or
+        server error), and open the session."""
+        if self.config.server is not None:
+            return self.remote(self.config.server)
         started = time.perf_counter()
         try:
             loaded, threads = load_model(
@@ -160,7 +169,21 @@ class _Run:
         self.view.info(f"prompt template {session.template.name}; method {session.options.method}")
         return session
 
-    def one(self, session: EditSession, item: EditInput) -> bool:
+    def remote(self, server: ServerConfig) -> RemoteSession | None:
+        client = ChatClient(server)
+        try:
+            session = RemoteSession(client, self.config.options, self.config.template)
+        except ServerError as exc:
+            client.close()
+            self.view.error(str(exc))
+            self.report.fail(exc.exit_code)
+            return None
+        self.view.info(
+            f"server {server.url}, model {session.model}; prompt template {session.template.name}"
+        )
+        return session
+
+    def one(self, session: EditSession | RemoteSession, item: EditInput) -> bool:
         """Edit, apply and report one file; True when the run must stop (interrupted)."""
         try:
             result = self.generate(session, item)
@@ -191,15 +214,10 @@ class _Run:
         except KeyboardInterrupt as exc:
             return Outcome.interrupted(item.name, exc)
 
-    def generate(self, session: EditSession, item: EditInput) -> EditResult:
+    def generate(self, session: EditSession | RemoteSession, item: EditInput) -> EditResult:
         prepared = session.prepare(item.source, self.config.instruction, item.lang)
-        self.view.info(
-            f"{item.name}: {len(prepared.prompt.ids)} prompt tokens, "
-            f"{prepared.source_tokens} file tokens, budget "
-            f"{prepared.config.max_new_tokens}, context {prepared.context_limit}"
-        )
-        method = session.options.method
-        with self.view.generating(item.name, session.loaded.tokenizer, method) as panel:
+        self.view.info(session.describe(prepared))
+        with self.view.generating(item.name, session.tokenizer, session.method) as panel:
             return session.run(prepared, _chain(panel, self.on_event))
 
     def finish(self, outcome: Outcome) -> None:

@@ -27,7 +27,14 @@ from typing import Any
 from adapld_cli.edit.errors import EXIT_OK, EXIT_REFUSED, InputError
 from adapld_cli.edit.formats import check_format, format_for
 from adapld_cli.edit.guard import check_scope
-from adapld_cli.edit.prompt import Prompt, PromptTemplate, build_prompt, extract_file, load_template
+from adapld_cli.edit.prompt import (
+    Conversation,
+    Prompt,
+    PromptTemplate,
+    build_prompt,
+    extract_file,
+    load_template,
+)
 from adapld_cli.edit.source import SourceFile, encode_like
 from adapld_cli.edit.syntax import (
     DefinitionChanges,
@@ -68,6 +75,7 @@ class PreparedEdit:
     config: GenerationConfig
     source_tokens: int
     context_limit: int | None
+    conversation: Conversation | None = None  # the messages, for generation by a server
 
 
 @dataclass
@@ -158,6 +166,22 @@ class EditSession:
         self._limit = context_limit(loaded)
         self._stop_ids = stop_token_ids(loaded)
 
+    @property
+    def tokenizer(self) -> Any:
+        return self.loaded.tokenizer
+
+    @property
+    def method(self) -> str:
+        return self.options.method
+
+    def describe(self, prepared: PreparedEdit) -> str:
+        """One line on the prompt and budget (verbose output)."""
+        return (
+            f"{prepared.source.name}: {len(prepared.prompt.ids)} prompt tokens, "
+            f"{prepared.source_tokens} file tokens, budget "
+            f"{prepared.config.max_new_tokens}, context {prepared.context_limit}"
+        )
+
     # -- before generation -------------------------------------------------------------
     def prepare(
         self, source: SourceFile, instruction: str, lang: str | None = None
@@ -243,61 +267,10 @@ class EditSession:
         self, prepared: PreparedEdit, tokens: list[int], stats: Stats, stop_reason: str | None
     ) -> EditResult:
         """Turn generated tokens into a result: extract the file and apply the checks."""
-        source = prepared.source
         text = self.loaded.tokenizer.decode(tokens, skip_special_tokens=True)
-        new_text, closed = extract_file(
-            text, prepared.prompt.fence, trailing_newline=source.trailing_newline
+        return judge_text(
+            prepared, text, stats, stop_reason, force=self.options.force, tokens=tokens
         )
-        result = EditResult(
-            source=source,
-            lang=prepared.lang,
-            status="changed",
-            new_text=new_text,
-            stats=stats,
-            stop_reason=stop_reason,
-            tokens=tokens,
-        )
-        if not closed and stop_reason not in ("eos", "stop_string"):
-            return _refuse(
-                result,
-                f"generation hit the token limit ({prepared.config.max_new_tokens}) before the "
-                "end of the file; nothing written (raise --max-new-tokens)",
-            )
-        if new_text == source.text:
-            result.status = "unchanged"
-            return result
-        result.changes = changed_definitions(source.text, new_text, prepared.lang)
-        self._check_parse(result)
-        if result.status != "refused":
-            self._check_scope(result, prepared.instruction)
-        return result
-
-    def _check_parse(self, result: EditResult) -> None:
-        """Refuse (or note, with ``force``) a result that broke a file that parsed."""
-        issue = parse_issue(result.source.text, result.new_text, result.lang, result.source.name)
-        if issue is None:
-            return
-        result.syntax_error = issue
-        if not self.options.force:
-            _refuse(
-                result,
-                f"the edited file does not parse ({issue}); nothing written "
-                "(--force writes it anyway)",
-            )
-
-    def _check_scope(self, result: EditResult, instruction: str) -> None:
-        """Refuse (or note, with ``force``) a result that loses what was not asked."""
-        verdict = check_scope(
-            result.source.text,
-            result.new_text,
-            language=result.lang or format_for(result.source.name),
-            instruction=instruction,
-        )
-        if not verdict.lost:
-            return
-        result.lost = verdict.message
-        if not self.options.force:
-            _refuse(result, verdict.refusal or "")
 
     def edit(
         self,
@@ -308,6 +281,76 @@ class EditSession:
     ) -> EditResult:
         """:meth:`prepare` then :meth:`run`."""
         return self.run(self.prepare(source, instruction, lang), on_event)
+
+
+def judge_text(
+    prepared: PreparedEdit,
+    text: str,
+    stats: Stats,
+    stop_reason: str | None,
+    *,
+    force: bool = False,
+    tokens: list[int] | None = None,
+) -> EditResult:
+    """Turn the generated text (the answer after the opened fence) into a result: extract
+    the file and apply the checks of the module contract. Shared by local generation and
+    generation by a server (:mod:`adapld_cli.edit.remote`)."""
+    source = prepared.source
+    new_text, closed = extract_file(
+        text, prepared.prompt.fence, trailing_newline=source.trailing_newline
+    )
+    result = EditResult(
+        source=source,
+        lang=prepared.lang,
+        status="changed",
+        new_text=new_text,
+        stats=stats,
+        stop_reason=stop_reason,
+        tokens=tokens or [],
+    )
+    if not closed and stop_reason not in ("eos", "stop_string"):
+        limit = prepared.config.max_new_tokens
+        return _refuse(
+            result,
+            f"generation hit the token limit ({limit}) before the end of the file; nothing "
+            "written (raise --max-new-tokens)",
+        )
+    if new_text == source.text:
+        result.status = "unchanged"
+        return result
+    result.changes = changed_definitions(source.text, new_text, prepared.lang)
+    _check_parse(result, force)
+    if result.status != "refused":
+        _check_scope(result, prepared.instruction, force)
+    return result
+
+
+def _check_parse(result: EditResult, force: bool) -> None:
+    """Refuse (or note, with ``force``) a result that broke a file that parsed."""
+    issue = parse_issue(result.source.text, result.new_text, result.lang, result.source.name)
+    if issue is None:
+        return
+    result.syntax_error = issue
+    if not force:
+        _refuse(
+            result,
+            f"the edited file does not parse ({issue}); nothing written (--force writes it anyway)",
+        )
+
+
+def _check_scope(result: EditResult, instruction: str, force: bool) -> None:
+    """Refuse (or note, with ``force``) a result that loses what was not asked."""
+    verdict = check_scope(
+        result.source.text,
+        result.new_text,
+        language=result.lang or format_for(result.source.name),
+        instruction=instruction,
+    )
+    if not verdict.lost:
+        return
+    result.lost = verdict.message
+    if not force:
+        _refuse(result, verdict.refusal or "")
 
 
 def parse_issue(before: str, after: str, lang: str | None, name: str) -> SyntaxIssue | None:

@@ -1,0 +1,244 @@
+"""The HTTP shell: a Starlette app over a :class:`~adapld_cli.serve.worker.Generator`.
+
+Routes: ``POST /v1/chat/completions`` (JSON, or server-sent events with ``stream``),
+``GET /v1/models``, ``GET /health``. Contract:
+
+- **Auth**: with an API key set, every ``/v1`` route needs ``Authorization: Bearer KEY``
+  (compared in constant time); 401 otherwise. ``/health`` is open.
+- **Limits**: a body over ``max_body`` bytes is 413 (read no further); one generation runs
+  at a time, ``queue`` more wait; beyond that 503 with ``Retry-After``.
+- **Errors** are OpenAI-style JSON (``{"error": {...}}``) with a 4xx/5xx status, and the
+  server keeps serving; an unknown route is 404, a wrong method 405.
+- **Disconnects**: a client that goes away (streaming or not) cancels its generation, queued
+  or running, after the current decode step.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from adapld_cli.serve.protocol import (
+    ApiError,
+    chunk,
+    completion,
+    new_id,
+    parse_chat,
+    sse,
+)
+from adapld_cli.serve.worker import Generator, Job
+
+RETRY_AFTER_S = 5
+
+
+@dataclass(frozen=True)
+class ServeLimits:
+    api_key: str | None = None
+    max_body: int = 8 * 1024 * 1024  # bytes
+    queue: int = 8  # requests waiting behind the running one
+
+
+def error_response(err: ApiError, headers: dict[str, str] | None = None) -> JSONResponse:
+    return JSONResponse(err.body(), status_code=err.status, headers=headers)
+
+
+class Service:
+    """The app's state: the generator, admission and auth."""
+
+    def __init__(self, generator: Generator, limits: ServeLimits) -> None:
+        self.generator = generator
+        self.limits = limits
+        self.admitted = 0  # running + queued requests (touched on the event loop only)
+
+    # -- checks ------------------------------------------------------------------------
+    def authorize(self, request: Request) -> None:
+        key = self.limits.api_key
+        if key is None:
+            return
+        given = request.headers.get("authorization", "")
+        scheme, _, token = given.partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(
+            token.strip().encode(), key.encode()
+        ):
+            raise ApiError(
+                401, "missing or wrong API key (Authorization: Bearer KEY)",
+                type="authentication_error", code="invalid_api_key",
+            )  # fmt: skip
+
+    async def body(self, request: Request) -> bytes:
+        """The request body, refused (413) as soon as it passes the limit."""
+        limit = self.limits.max_body
+        declared = request.headers.get("content-length")
+        too_big = ApiError(413, f"the request body is over {limit} bytes", code="body_too_large")
+        if declared is not None and declared.isdigit() and int(declared) > limit:
+            raise too_big
+        data = bytearray()
+        async for part in request.stream():
+            data += part
+            if len(data) > limit:
+                raise too_big
+        return bytes(data)
+
+    def admit(self) -> None:
+        if self.admitted >= 1 + self.limits.queue:
+            raise ApiError(
+                503,
+                f"busy: one generation runs and {self.limits.queue} wait; retry later",
+                type="server_error",
+                code="server_busy",
+            )
+        self.admitted += 1
+
+    # -- routes --------------------------------------------------------------------------
+    async def health(self, request: Request) -> Response:
+        return JSONResponse({"status": "ok", "model": self.generator.model_id})
+
+    async def models(self, request: Request) -> Response:
+        self.authorize(request)
+        return JSONResponse(
+            {
+                "object": "list",
+                "data": [
+                    {
+                        "id": self.generator.model_id,
+                        "object": "model",
+                        "created": 0,
+                        "owned_by": "adapld",
+                    }
+                ],
+            }
+        )
+
+    async def chat(self, request: Request) -> Response:
+        self.authorize(request)
+        parsed = parse_chat(await self.body(request), self.generator.model_id)
+        loop = asyncio.get_running_loop()
+        events: asyncio.Queue[tuple] = asyncio.Queue()
+
+        def post(item: tuple) -> None:  # called on the worker thread
+            loop.call_soon_threadsafe(events.put_nowait, item)
+
+        job = self.generator.job(parsed, post)
+        self.admit()
+        self.generator.submit(job)
+        released = False
+
+        def release() -> None:
+            nonlocal released
+            if not released:
+                released = True
+                self.admitted -= 1
+
+        if parsed.stream:
+            return StreamingResponse(
+                self._stream(job, events, release),
+                media_type="text/event-stream",
+                headers={"Cache-Control": "no-cache"},
+            )
+        try:
+            return await self._whole(request, job, events)
+        finally:
+            release()
+
+    async def _whole(self, request: Request, job: Job, events: asyncio.Queue) -> Response:
+        """Wait for the whole answer; a client gone meanwhile cancels it."""
+        parts: list[str] = []
+        cid, model = new_id(), job.request.model
+        while True:
+            try:
+                item = await asyncio.wait_for(events.get(), timeout=0.5)
+            except asyncio.TimeoutError:
+                if await request.is_disconnected():
+                    job.cancel.set()
+                    return Response(status_code=499)
+                continue
+            except asyncio.CancelledError:
+                job.cancel.set()
+                raise
+            if item[0] == "delta":
+                parts.append(item[1])
+            elif item[0] == "done":
+                return JSONResponse(completion(cid, model, "".join(parts), item[1], item[2]))
+            else:
+                raise ApiError(500, item[1], type="server_error")
+
+    async def _stream(self, job: Job, events: asyncio.Queue, release: Any) -> AsyncIterator[bytes]:
+        """Server-sent events; the generator is closed (and the job cancelled) when the
+        client disconnects."""
+        cid, model = new_id(), job.request.model
+        try:
+            yield sse(chunk(cid, model, {"role": "assistant", "content": ""}))
+            while True:
+                item = await events.get()
+                if item[0] == "delta":
+                    yield sse(chunk(cid, model, {"content": item[1]}, progress=item[2]))
+                    continue
+                if item[0] == "done":
+                    usage = item[2]
+                    yield sse(chunk(cid, model, {}, item[1], progress=usage["adapld"]))
+                    if job.request.include_usage:
+                        yield sse(chunk(cid, model, None, usage=usage))
+                else:
+                    yield sse(ApiError(500, item[1], type="server_error").body())
+                yield sse("[DONE]")
+                return
+        finally:
+            job.cancel.set()
+            release()
+
+
+async def _api_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, ApiError)
+    headers = {"Retry-After": str(RETRY_AFTER_S)} if exc.status == 503 else None
+    return error_response(exc, headers)
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    kind = "not_found" if exc.status_code == 404 else "invalid_request_error"
+    return error_response(ApiError(exc.status_code, str(exc.detail), type=kind))
+
+
+async def _server_error(request: Request, exc: Exception) -> Response:
+    return error_response(
+        ApiError(500, f"internal error: {type(exc).__name__}: {exc}", type="server_error")
+    )
+
+
+def create_app(generator: Generator, limits: ServeLimits | None = None) -> Starlette:
+    """The ASGI app; the generator's worker starts with the app and stops with it."""
+    service = Service(generator, limits or ServeLimits())
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        generator.start()
+        try:
+            yield
+        finally:
+            generator.stop()
+
+    app = Starlette(
+        routes=[
+            Route("/health", service.health, methods=["GET"]),
+            Route("/v1/models", service.models, methods=["GET"]),
+            Route("/v1/chat/completions", service.chat, methods=["POST"]),
+        ],
+        exception_handlers={
+            ApiError: _api_error,
+            HTTPException: _http_error,
+            Exception: _server_error,
+        },
+        lifespan=lifespan,
+    )
+    app.state.service = service
+    return app

@@ -1,7 +1,7 @@
 """The HTTP shell: a Starlette app over a :class:`~adapld_cli.serve.worker.Generator`.
 
 Routes: ``POST /v1/chat/completions`` (JSON, or server-sent events with ``stream``),
-``GET /v1/models``, ``GET /health``. Contract:
+``GET /v1/models``, ``GET /health`` (``requests``: running plus waiting). Contract:
 
 - **Auth**: with an API key set, every ``/v1`` route needs ``Authorization: Bearer KEY``
   (compared in constant time); 401 otherwise. ``/health`` is open.
@@ -101,7 +101,9 @@ class Service:
 
     # -- routes --------------------------------------------------------------------------
     async def health(self, request: Request) -> Response:
-        return JSONResponse({"status": "ok", "model": self.generator.model_id})
+        return JSONResponse(
+            {"status": "ok", "model": self.generator.model_id, "requests": self.admitted}
+        )
 
     async def models(self, request: Request) -> Response:
         self.authorize(request)

@@ -39,8 +39,7 @@ from adapld_cli.edit.prompt import PromptTemplate
 from adapld_cli.edit.remote import ChatClient, RemoteSession, ServerConfig, ServerError
 from adapld_cli.edit.session import EditOptions, EditResult, EditSession
 from adapld_cli.edit.writeback import WriteBack, apply_result
-from adapld_cli.engine.adapter import UnsupportedModelError
-from adapld_cli.engine.types import StepEvent
+from adapld_cli.engine.types import StepEvent, UnsupportedModelError
 from adapld_cli.model.errors import ModelError
 
 EventHook = Callable[[StepEvent], None]

@@ -16,10 +16,16 @@ from typing import TYPE_CHECKING, Any
 
 from adapld_cli.engine.methods import METHODS, Method
 from adapld_cli.engine.settings import AdaPLDSettings
-from adapld_cli.engine.types import GenerationConfig, GenerationResult, Source, Stats, StepEvent
+from adapld_cli.engine.types import (
+    GenerationConfig,
+    GenerationResult,
+    Source,
+    Stats,
+    StepEvent,
+    UnsupportedModelError,
+)
 
 if TYPE_CHECKING:
-    from adapld_cli.engine.adapter import UnsupportedModelError
     from adapld_cli.engine.loop import generate, stream
 
 
@@ -28,10 +34,6 @@ def __getattr__(name: str) -> Any:  # lazy: keep torch out of `import adapld_cli
         from adapld_cli.engine import loop
 
         return getattr(loop, name)
-    if name == "UnsupportedModelError":
-        from adapld_cli.engine.adapter import UnsupportedModelError
-
-        return UnsupportedModelError
     raise AttributeError(name)
 
 

@@ -16,14 +16,12 @@ from typing import Any
 
 import torch
 
+from adapld_cli.engine.types import UnsupportedModelError
+
 # Prompt tokens per prefill pass. Measured on coder-1.5b (bf16, exact kernels, 2 threads; 800-
 # and 1,024-token prompts, 3 runs): 256 runs at 123-129 tok/s, 384 at 106-116, 512 at 113, 128 at
 # ~100. Every decoding method shares the prefill, so the chunk never affects exactness.
 PREFILL_CHUNK = 256
-
-
-class UnsupportedModelError(Exception):
-    """The model cannot be driven by the engine (one-line reason)."""
 
 
 class LazyLogits:

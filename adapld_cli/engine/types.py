@@ -109,3 +109,7 @@ class GenerationResult:
     tokens: list[int]
     stats: Stats
     stop_reason: str | None
+
+
+class UnsupportedModelError(Exception):
+    """The model cannot be driven by the engine (one-line reason)."""

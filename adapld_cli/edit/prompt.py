@@ -62,9 +62,12 @@ def _template_dir() -> Any:
         return Path(__file__).resolve().parents[2] / "prompts"
 
 
-def load_template(spec: str | None = None) -> PromptTemplate:
+def load_template(spec: str | PromptTemplate | None = None) -> PromptTemplate:
     """Load a bundled template by name, or a template file by path (contains ``/`` or ends
-    with ``.txt``). Raises :class:`InputError` for unknown names and malformed files."""
+    with ``.txt``); a :class:`PromptTemplate` is returned as it is. Raises
+    :class:`InputError` for unknown names and malformed files."""
+    if isinstance(spec, PromptTemplate):
+        return spec
     spec = spec or DEFAULT_TEMPLATE
     if "/" in spec or "\\" in spec or spec.endswith(".txt"):
         path = Path(spec)

@@ -31,9 +31,14 @@ from adapld_cli.edit.prompt import (
     conversation,
     load_template,
 )
-from adapld_cli.edit.session import EditOptions, EditResult, PreparedEdit, judge_text
+from adapld_cli.edit.session import (
+    EditOptions,
+    EditResult,
+    PreparedEdit,
+    checked_language,
+    judge_text,
+)
 from adapld_cli.edit.source import SourceFile
-from adapld_cli.edit.syntax import language_for
 from adapld_cli.engine.types import GenerationConfig, Source, Stats, StepEvent
 
 ENV_SERVER = "ADAPLD_SERVER"
@@ -195,9 +200,7 @@ class RemoteSession:
     ) -> None:
         self.client = client
         self.options = options or EditOptions()
-        self.template = (
-            template if isinstance(template, PromptTemplate) else load_template(template)
-        )
+        self.template = load_template(template)
         self.model = client.model_id()
         self.tokenizer = Pieces()
         self.method = METHOD
@@ -211,11 +214,7 @@ class RemoteSession:
     def prepare(
         self, source: SourceFile, instruction: str, lang: str | None = None
     ) -> PreparedEdit:
-        from adapld_cli.edit.errors import InputError
-
-        if not instruction or not instruction.strip():
-            raise InputError("empty instruction: say what to change with -i TEXT")
-        lang = lang if lang is not None else language_for(source.name)
+        lang = checked_language(source, instruction, lang)
         conv = conversation(
             self.template, code=source.text, instruction=instruction, filename=source.name,
             lang=lang,

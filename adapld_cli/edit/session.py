@@ -160,9 +160,7 @@ class EditSession:
             raise InputError(
                 f"unknown method {self.options.method!r} (one of {', '.join(METHODS)})"
             )
-        self.template = (
-            template if isinstance(template, PromptTemplate) else load_template(template)
-        )
+        self.template = load_template(template)
         self._limit = context_limit(loaded)
         self._stop_ids = stop_token_ids(loaded)
 
@@ -187,9 +185,7 @@ class EditSession:
         self, source: SourceFile, instruction: str, lang: str | None = None
     ) -> PreparedEdit:
         """Build the prompt and check it fits; raises :class:`InputError`."""
-        if not instruction or not instruction.strip():
-            raise InputError("empty instruction: say what to change with -i TEXT")
-        lang = lang if lang is not None else language_for(source.name)
+        lang = checked_language(source, instruction, lang)
         tok = self.loaded.tokenizer
         prompt = build_prompt(
             self.template,
@@ -281,6 +277,14 @@ class EditSession:
     ) -> EditResult:
         """:meth:`prepare` then :meth:`run`."""
         return self.run(self.prepare(source, instruction, lang), on_event)
+
+
+def checked_language(source: SourceFile, instruction: str, lang: str | None) -> str | None:
+    """The file's language (``lang``, else from its name); :class:`InputError` for an empty
+    instruction. The first step of every ``prepare``."""
+    if not instruction or not instruction.strip():
+        raise InputError("empty instruction: say what to change with -i TEXT")
+    return lang if lang is not None else language_for(source.name)
 
 
 def judge_text(

@@ -114,7 +114,8 @@ def test_valid_result_is_reused_and_corrupt_one_replaced(tmp_path):
     inode = dest.stat().st_ino
     assemble(parts, dest, size=size, sha256=sha)
     assert dest.stat().st_ino == inode  # not rewritten
-    dest.write_bytes(whole[:-1] + b"\x00")  # damaged after the fact
+    dest.write_bytes(whole[:-1] + bytes([whole[-1] ^ 0xFF]))  # damaged after the fact (a
+    # fixed last byte would match a random one in 1 run of 256)
     (tmp_path / ".model.gguf.dead.tmp").write_bytes(b"left by a killed writer")
     assemble(parts, dest, size=size, sha256=sha)
     assert dest.read_bytes() == whole and leftovers(tmp_path) == []

@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from difflib import SequenceMatcher
 from typing import Any
 
@@ -70,11 +70,6 @@ class ChatRequest:
     stream: bool = False
     include_usage: bool = False
     prediction: str | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def greedy(self) -> bool:
-        return self.temperature <= 0.0
 
 
 def _bad(message: str, param: str | None = None, code: str | None = None) -> ApiError:

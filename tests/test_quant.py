@@ -31,19 +31,36 @@ def _kernels_build():
     assert quant.unavailable() is None, quant.unavailable()
 
 
-def _layer(kind: str, seed: int = 0):
+def _layer(kind: str, seed: int = 0, activations: str = "bfloat16"):
     n, k = SHAPES[kind]
     gen = torch.Generator().manual_seed(seed)
     w = torch.randn(n, k, generator=gen) * 0.05
     parts = quant.quantize_q4(w) if kind == "q4" else quant.quantize_q6(w)
     bias = torch.randn(n, generator=gen).bfloat16()
-    layer = quant.quant_linear_class()(kind, quant.pack(kind, parts), k, bias)
+    layer = quant.quant_linear_class()(kind, quant.pack(kind, parts), k, bias, activations)
     return layer, quant.dequantize(kind, parts), bias
 
 
+def q8_rows(x: torch.Tensor) -> torch.Tensor:
+    """``x [M, K]`` as the int8 kernels see it: per row and 256 inputs ``xs * xq`` with
+    ``xs = max|x| / 127`` and ``xq = round(x * (127 / max|x|))`` (to even), in float32."""
+    x = x.float()
+    out = torch.empty_like(x)
+    for k0 in range(0, x.shape[1], 256):
+        block = x[:, k0 : k0 + 256]
+        top = block.abs().amax(1, keepdim=True)
+        inv = torch.where(top > 0, torch.tensor(127.0) / top, torch.zeros_like(top))
+        out[:, k0 : k0 + 256] = torch.round(block * inv) * (top / 127)
+    return out
+
+
+ACTIVATIONS = [a for a in quant.ACTIVATIONS if a != "int8" or "avx512_vnni" in quant._cpu_flags()]
+
+
+@pytest.mark.parametrize("activations", ACTIVATIONS)
 @pytest.mark.parametrize("kind", quant.KINDS)
-def test_every_row_is_the_row_alone_for_any_row_count_and_threads(kind):
-    layer, w, bias = _layer(kind)
+def test_every_row_is_the_row_alone_for_any_row_count_and_threads(kind, activations):
+    layer, w, bias = _layer(kind, activations=activations)
     x = (torch.randn(130, w.shape[1], generator=torch.Generator().manual_seed(1))).bfloat16()
     old = torch.get_num_threads()
     try:
@@ -54,9 +71,14 @@ def test_every_row_is_the_row_alone_for_any_row_count_and_threads(kind):
             assert torch.equal(layer(x[:m]), alone[:m]), m
     finally:
         torch.set_num_threads(old)
-    ref = x.float() @ w.T + bias.float()  # the GGUF's values, summed in float32, rounded once
+    # the GGUF's values times the inputs the kernel takes, summed in float32, rounded once
+    inputs = q8_rows(x) if activations == "int8" else x.float()
+    ref = inputs @ w.T + bias.float()
     assert alone.dtype == torch.bfloat16
     assert (alone.float() - ref).abs().max() <= ref.abs().max() * 2**-8
+    if activations == "int8":  # and close to the bfloat16 inputs' product
+        exact = x.float() @ w.T + bias.float()
+        assert (alone.float() - exact).abs().max() <= exact.abs().max() * 2**-5
     assert layer(x.reshape(2, 65, -1)).shape == (2, 65, w.shape[0])  # batch dimensions kept
 
 
@@ -109,10 +131,12 @@ def kquant_gguf(tmp_path_factory) -> Path:
     return path
 
 
-def test_kquant_gguf_loads_on_the_kernels_and_stays_exact(kquant_gguf, monkeypatch):
+@pytest.mark.parametrize("activations", ACTIVATIONS)
+def test_kquant_gguf_loads_on_the_kernels_and_stays_exact(kquant_gguf, monkeypatch, activations):
     monkeypatch.delenv("ADAPLD_WEIGHTS", raising=False)
+    monkeypatch.setenv(quant.ENV_ACTIVATIONS, activations)
     loaded = load(str(kquant_gguf), device="cpu", dtype="bfloat16")  # auto: quantized here
-    assert loaded.weights == "quantized"
+    assert loaded.weights == "quantized" and loaded.activations == activations
     folder = Path(loaded.path)
     assert folder.name.endswith("-quantized")
     manifest = json.loads((folder / MANIFEST).read_text())
@@ -121,6 +145,7 @@ def test_kquant_gguf_loads_on_the_kernels_and_stays_exact(kquant_gguf, monkeypat
     cls = quant.quant_linear_class()
     layer = model.model.layers[0]
     kinds = {name: module.kind for name, module in layer.named_modules() if isinstance(module, cls)}
+    assert {m.activations for m in model.modules() if isinstance(m, cls)} == {activations}
     assert kinds == {
         "self_attn.q_proj": "q4",
         "self_attn.k_proj": "q4",
@@ -132,9 +157,19 @@ def test_kquant_gguf_loads_on_the_kernels_and_stays_exact(kquant_gguf, monkeypat
     }
     assert not isinstance(model.lm_head, cls)  # shape does not fit: packed bfloat16
     assert not any(p.is_meta for p in model.parameters())
-    # The same numbers as the dequantised model, up to bfloat16 rounding of the weights.
+    # The same numbers as the dequantised model, up to bfloat16 rounding of the weights (and
+    # with int8 activations, fed the same 8-bit inputs).
     plain = load(str(kquant_gguf), device="cpu", dtype="bfloat16", weights="dequantized")
     assert plain.weights == "dequantized" and plain.path != loaded.path
+    if activations == "int8":
+        for name in kinds:
+            plain.model.model.layers[0].get_submodule(name).register_forward_pre_hook(
+                lambda _module, args: (
+                    q8_rows(args[0].reshape(-1, args[0].shape[-1]))
+                    .to(args[0].dtype)
+                    .reshape(args[0].shape),
+                )
+            )
     ids = torch.tensor([list(range(3, 40))])
     with torch.no_grad():
         a, b = model(ids).logits.float(), plain.model(ids).logits.float()
@@ -146,6 +181,19 @@ def test_kquant_gguf_loads_on_the_kernels_and_stays_exact(kquant_gguf, monkeypat
     parents = dfs_tree(65, seed=1)
     tokens = torch.randint(0, 250, (len(parents),), generator=gen).tolist()
     assert tree_vs_sequential(model, prefix, tokens, parents) == (len(parents), 0.0)
+
+
+def test_activations_choice_is_checked(kquant_gguf, monkeypatch):
+    vnni = "avx512_vnni" in quant._cpu_flags()
+    monkeypatch.delenv(quant.ENV_ACTIVATIONS, raising=False)
+    assert quant.resolve_activations() == ("int8" if vnni else "bfloat16")
+    assert quant.resolve_activations("bfloat16") == "bfloat16"
+    monkeypatch.setenv(quant.ENV_ACTIVATIONS, "int4")
+    with pytest.raises(ModelError, match="ADAPLD_ACTIVATIONS=int4: use one of auto, int8"):
+        load(str(kquant_gguf), device="cpu", dtype="bfloat16")
+    # dequantized weights take no activation format
+    plain = load(str(kquant_gguf), device="cpu", dtype="bfloat16", weights="dequantized")
+    assert plain.activations == "" and plain.weights_label() == "dequantized weights"
 
 
 def test_weights_choice_is_explicit_and_checked(kquant_gguf, monkeypatch):

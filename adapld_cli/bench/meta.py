@@ -91,6 +91,7 @@ def run_meta(
         "device": loaded.device,
         "dtype": loaded.dtype,
         "weights": getattr(loaded, "weights", "dequantized"),
+        "activations": getattr(loaded, "activations", ""),
         "baseline_model": baseline_model,
         "torch": torch.__version__,
         "transformers": transformers.__version__,

@@ -205,7 +205,7 @@ def _verify_cost(loaded: Any) -> int:
 
     title = (
         f"forward cost over a {CONTEXT}-token cache, median of {REPEATS}: {loaded.name} "
-        f"[{loaded.device}, {loaded.dtype}, {loaded.weights} weights, "
+        f"[{loaded.device}, {loaded.dtype}, {loaded.weights_label()}, "
         f"threads={torch.get_num_threads()}]"
     )
     try:

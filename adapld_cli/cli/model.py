@@ -70,6 +70,8 @@ def _human(info: dict) -> str:
     weights = info.get("weights", "dequantized")
     if "weights_reason" in info:
         weights += f" ({info['weights_reason']})"
+    if info.get("activations"):
+        weights += f", {info['activations']} activations"
     rows.append(("weights", weights))
     if not info["ready"]:
         prepare = "run `adapld model prepare" + (

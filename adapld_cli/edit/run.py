@@ -161,7 +161,7 @@ class _Run:
             return None
         self.view.info(
             f"model {loaded.name} ({loaded.source}) on {loaded.device}, {loaded.dtype}"
-            f"{', 4-bit weights' if loaded.weights == 'quantized' else ''}, "
+            f"{', ' + loaded.weights_label() if loaded.weights == 'quantized' else ''}, "
             f"{threads} threads, loaded in {time.perf_counter() - started:.1f}s"
         )
         session = EditSession(loaded, self.config.options, self.config.template)

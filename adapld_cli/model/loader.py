@@ -66,7 +66,9 @@ class LoadedModel:
     ``device`` is where the weights live (``"cpu"``, ``"cuda:0"``, or ``"auto (cuda:0, cuda:1)"``
     when accelerate spread them); ``dtype`` is the torch dtype name (``"float32"``) of the
     activations; ``weights`` says whether the linears run from the GGUF's own 4/6-bit integers
-    (``"quantized"``) or from weights dequantised to ``dtype``.
+    (``"quantized"``) or from weights dequantised to ``dtype``; ``activations`` how quantized
+    linears take their inputs (``"int8"`` or ``"bfloat16"``, see
+    :func:`adapld_cli.model.quant.resolve_activations`).
     """
 
     model: Any
@@ -77,6 +79,13 @@ class LoadedModel:
     device: str
     dtype: str
     weights: str = "dequantized"  # or "quantized": linears on the 4/6-bit kernels
+    activations: str = ""  # quantized: how the linears take their inputs, "int8" or "bfloat16"
+
+    def weights_label(self) -> str:
+        """What the linears compute with, for one-line descriptions."""
+        if self.weights == "quantized":
+            return f"4-bit weights, {self.activations} activations"
+        return f"{self.weights} weights"
 
 
 @dataclass(frozen=True)
@@ -463,6 +472,7 @@ def load(
     show = want_progress(progress)
     if quantized:
         quantized = _build_kernels(weights, show)
+    activations = _activations() if quantized else ""
     with quiet(verbose):
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -472,7 +482,7 @@ def load(
         try:
             if quantized:
                 assert folder is not None
-                model = _load_quantized(folder)
+                model = _load_quantized(folder, activations)
             else:
                 model = _from_pretrained(
                     AutoModelForCausalLM,
@@ -505,11 +515,23 @@ def load(
         device=_device_label(model),
         dtype=str(next(model.parameters()).dtype).removeprefix("torch."),
         weights="quantized" if quantized else "dequantized",
+        activations=activations,
     )
 
 
-def _load_quantized(folder: Path) -> Any:
-    """The model of a quantized cache (:data:`QUANT` + the rest in bfloat16) on the CPU.
+def _activations() -> str:
+    """The quantized linears' input format (:func:`quant.resolve_activations`)."""
+    from adapld_cli.model import quant
+
+    try:
+        return quant.resolve_activations()
+    except ValueError as exc:
+        raise ModelError(str(exc)) from exc
+
+
+def _load_quantized(folder: Path, activations: str) -> Any:
+    """The model of a quantized cache (:data:`QUANT` + the rest in bfloat16) on the CPU, its
+    quantized linears taking ``activations`` inputs.
 
     Built on accelerate's empty weights (no random initialisation of weights about to be
     replaced); every parameter must then come from the cache.
@@ -542,7 +564,7 @@ def _load_quantized(folder: Path) -> Any:
             old = getattr(owner, child)
             bias = old.bias if old.bias is not None and not old.bias.is_meta else None
             packed = {key: fh.get_tensor(f"{name}.{key}") for key in ("qp", "sc", "dd")}
-            setattr(owner, child, cls(kind, packed, old.in_features, bias))
+            setattr(owner, child, cls(kind, packed, old.in_features, bias, activations))
     return _finish_quantized(model, folder)
 
 
@@ -579,7 +601,7 @@ def model_info(
     ``parts missing``/``not downloaded``), ``ready``, ``path`` (folder loaded from, or None),
     ``size_bytes`` (of ``path``, else of the source), ``device``, ``dtype``, ``weights``
     (``quantized``/``dequantized``, with ``weights_reason`` when auto cannot quantize),
-    ``cache_dir``;
+    ``activations`` (quantized only: ``int8``/``bfloat16``), ``cache_dir``;
     embedded adds ``title``, ``upstream``, ``default``, ``parts`` and ``cache``; gguf adds
     ``gguf`` and ``cache``.
     """
@@ -595,6 +617,8 @@ def model_info(
         "weights": "quantized" if quantized else "dequantized",
         "cache_dir": str(cache_dir()),
     }
+    if quantized:
+        info["activations"] = _activations()
     reason = _quantized_reason(target, placement)
     if reason and target.kind in (EMBEDDED, "gguf"):
         info["weights_reason"] = reason

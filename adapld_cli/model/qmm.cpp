@@ -318,8 +318,216 @@ torch::Tensor attention(torch::Tensor q, torch::Tensor k, torch::Tensor v, torch
   return out;
 }
 
+// ----------------------------------------------------------------------- int8 activations
+// The same products with the inputs quantized to 8 bits first, per row and super-block of
+// 256 inputs (the GGUF's Q8_K: x ~ xs * xq, xs = max|x| / 127, xq = round(x / xs)), then
+// multiplied with the weights' integers by AVX-512 VNNI (vpdpbusd: 64 products of an unsigned
+// weight byte and a signed input byte per instruction, twice bf16's rate). Per row, column
+// and super-block s, with A = sum_g sc_g sum(q xq) and B = sum_g p_g sum_g(xq):
+//   q4 (q 0..15, p = mn):            acc += d xs * A - dmin xs * B
+//   q6 (q + 32 stored, 0..63, p = sc): acc += d xs * (A - 32 B)
+// Integer sums are exact, so their order is free; the float steps per row and super-block
+// are one fixed sequence whatever M is, and a row's quantization depends on that row alone:
+// row m of an M-row call is still bit for bit row m computed alone.
+
+namespace {
+
+constexpr int RB = 8;  // rows per block of the products (then 4, then 1)
+
+// Row blocks of an M-row input: full blocks of RB, then of 4, then single rows.
+inline int block_rows(int64_t M, int64_t m) { return m + RB <= M ? RB : m + 4 <= M ? 4 : 1; }
+
+struct QuantRows {
+  std::vector<int32_t> xq;  // int8 xq, 4 per dword, row blocks interleaved: block at row m0
+                            // of R rows holds dword p of row m0 + r at m0 * K / 4 + p * R + r
+  std::vector<float> xs;    // [M][S]
+  std::vector<int32_t> qp;  // [M][ceil(G / 2)]: sum(xq) of groups 2j, 2j + 1 as two int16
+};
+
+QuantRows quantize_rows(const at::BFloat16* x, int64_t M, int64_t K, int64_t group) {
+  const int64_t S = (K + 255) / 256, G = K / group, GP = (G + 1) / 2;
+  QuantRows out{std::vector<int32_t>(M * K / 4), std::vector<float>(M * S),
+                std::vector<int32_t>(M * GP, 0)};
+  std::vector<int8_t> q8(M * K);
+  std::vector<int32_t> gs(M * G, 0);
+  at::parallel_for(0, M * S, 16, [&](int64_t b0, int64_t b1) {
+    for (int64_t b = b0; b < b1; ++b) {
+      const int64_t m = b / S, s = b % S, k0 = s * 256, n = std::min<int64_t>(256, K - k0);
+      const at::BFloat16* p = x + m * K + k0;
+      __m512 amax = _mm512_setzero_ps();
+      for (int64_t k = 0; k < n; k += 16)
+        amax = _mm512_max_ps(amax, _mm512_abs_ps(load16<at::BFloat16>(p + k, tail_mask(n - k))));
+      const float top = _mm512_reduce_max_ps(amax);
+      const __m512 inv = _mm512_set1_ps(top > 0.f ? 127.f / top : 0.f);
+      out.xs[b] = top / 127.f;
+      for (int64_t k = 0; k < n; k += 16) {  // group >= 16: a chunk is in one group
+        const __mmask16 mk = tail_mask(n - k);
+        const __m512i q = _mm512_cvtps_epi32(_mm512_mul_ps(load16<at::BFloat16>(p + k, mk), inv));
+        _mm_mask_storeu_epi8(q8.data() + m * K + k0 + k, mk, _mm512_cvtepi32_epi8(q));
+        const int64_t g = (k0 + k) / group;
+        if (g < G) gs[m * G + g] += _mm512_reduce_add_epi32(_mm512_maskz_mov_epi32(mk, q));
+      }
+    }
+  });
+  const int32_t* q32 = (const int32_t*)q8.data();
+  for (int64_t m0 = 0; m0 < M;) {
+    const int R = block_rows(M, m0);
+    for (int r = 0; r < R; ++r)
+      for (int64_t p = 0; p < K / 4; ++p) out.xq[m0 * K / 4 + p * R + r] = q32[(m0 + r) * K / 4 + p];
+    m0 += R;
+  }
+  for (int64_t m = 0; m < M; ++m)  // |sum| <= 32 * 127: fits int16
+    for (int64_t g = 0; g < G; ++g)
+      out.qp[m * GP + g / 2] |= (gs[m * G + g] & 0xFFFF) << (16 * (g % 2));
+  return out;
+}
+
+// R rows x one group of 4*P inputs at dword x (the row block's layout): A[r] += sc * sum(w xq).
+template <int R, int P>
+inline void dots(const int32_t* x, const __m512i* w, __m512i sc, __m512i* A) {
+  __m512i c[R];
+  for (int r = 0; r < R; ++r) c[r] = _mm512_setzero_si512();
+#pragma GCC unroll 8
+  for (int p = 0; p < P; ++p) {
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r)
+      c[r] = _mm512_dpbusd_epi32(c[r], w[p], _mm512_set1_epi32(x[p * R + r]));
+  }
+  for (int r = 0; r < R; ++r) A[r] = _mm512_add_epi32(A[r], _mm512_mullo_epi32(sc, c[r]));
+}
+
+// All rows for group g (4*P inputs): the row blocks of quantize_rows' layout.
+template <int P>
+inline void dots_all(const int32_t* xq, int64_t K, int64_t M, int64_t g, const __m512i* w,
+                     __m512i sc, __m512i* A) {
+  for (int64_t m = 0; m < M;) {
+    const int R = block_rows(M, m);
+    const int32_t* x = xq + m * K / 4 + g * P * R;
+    if (R == RB) dots<RB, P>(x, w, sc, A + m);
+    else if (R == 4) dots<4, P>(x, w, sc, A + m);
+    else dots<1, P>(x, w, sc, A + m);
+    m += R;
+  }
+}
+
+// B[m] += p16 . (the pair of group sums of row m), for the pair of groups j.
+inline void pair_sums(int64_t M, const int32_t* qp, int64_t GP, int64_t j, __m512i p16,
+                      __m512i* B) {
+  for (int64_t m = 0; m < M; ++m)
+    B[m] = _mm512_add_epi32(B[m], _mm512_madd_epi16(p16, _mm512_set1_epi32(qp[m * GP + j])));
+}
+
+// Per row at the end of super-block s: q4 acc += d xs A - dmin xs B, q6 acc += d xs (A - 32 B).
+inline void close_block(bool q4, int64_t M, const float* xs, int64_t S, __m512 d, __m512 dmin,
+                        __m512i* A, __m512i* B, __m512* acc) {
+  for (int64_t m = 0; m < M; ++m) {
+    const __m512 x = _mm512_set1_ps(xs[m * S]);
+    if (q4) {
+      acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(A[m]), _mm512_mul_ps(d, x), acc[m]);
+      acc[m] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(B[m]), _mm512_mul_ps(dmin, x), acc[m]);
+    } else {
+      const __m512i v = _mm512_sub_epi32(A[m], _mm512_slli_epi32(B[m], 5));
+      acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(v), _mm512_mul_ps(d, x), acc[m]);
+    }
+    A[m] = B[m] = _mm512_setzero_si512();
+  }
+}
+
+}  // namespace
+
+// The per-group multipliers of the B term side by side for two groups, int16
+// [T][ceil(G / 2)][16][2]: the mins for q4, the scales for q6.
+torch::Tensor pairs_i8(std::string kind, torch::Tensor sc) {
+  const bool q4 = kind == "q4";
+  const int64_t T = sc.size(0), G = sc.size(1), GP = (G + 1) / 2;
+  auto out = torch::zeros({T, GP, 16, 2}, torch::kShort);
+  int16_t* P = out.data_ptr<int16_t>();
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t g = 0; g < G; ++g)
+      for (int c = 0; c < 16; ++c)
+        P[((t * GP + g / 2) * 16 + c) * 2 + g % 2] =
+            q4 ? sc.data_ptr<uint8_t>()[((t * G + g) * 2 + 1) * 16 + c]
+               : sc.data_ptr<int8_t>()[(t * G + g) * 16 + c];
+  return out;
+}
+
+torch::Tensor mm_i8(std::string kind, torch::Tensor x, torch::Tensor qp, torch::Tensor sc,
+                    torch::Tensor dd, torch::Tensor pairs, c10::optional<torch::Tensor> bias_opt,
+                    bool out_f32) {
+  TORCH_CHECK(x.scalar_type() == torch::kBFloat16 && x.is_contiguous() && x.dim() == 2);
+  const bool q4 = kind == "q4";
+  const int64_t group = q4 ? 32 : 16, per = 256 / group;
+  const int64_t M = x.size(0), K = x.size(1), T = qp.size(0), G = K / group, S = dd.size(1);
+  const int64_t GP = (G + 1) / 2;
+  TORCH_CHECK(K % group == 0 && qp.size(1) == K / 2 && sc.size(1) == G && pairs.size(1) == GP);
+  const QuantRows qx = quantize_rows(x.data_ptr<at::BFloat16>(), M, K, group);
+  const uint8_t* Q = qp.data_ptr<uint8_t>();
+  const uint8_t* SC = (const uint8_t*)sc.data_ptr();
+  const float* DD = dd.data_ptr<float>();
+  const int16_t* PR = pairs.data_ptr<int16_t>();
+  const float* Bias = bias_opt.has_value() ? bias_opt->data_ptr<float>() : nullptr;
+  auto y = output(x, T * 16, out_f32);
+  void* Y = y.data_ptr();
+  const __m512i nib = _mm512_set1_epi32(0x0F0F0F0F);
+  at::parallel_for(0, T, 1, [&](int64_t t0, int64_t t1) {
+    alignas(64) __m512i w[8];
+    std::vector<__m512> acc(M);
+    std::vector<__m512i> A(M), B(M);
+    for (int64_t t = t0; t < t1; ++t) {
+      for (int64_t m = 0; m < M; ++m) {
+        acc[m] = _mm512_setzero_ps();
+        A[m] = B[m] = _mm512_setzero_si512();
+      }
+      for (int64_t g = 0; g < G; ++g) {
+        if (q4) {
+          const uint8_t* qg = Q + (t * (K / 2) + g * 16) * 16;
+#pragma GCC unroll 8
+          for (int i = 0; i < 8; ++i) {  // dword c = q[c][4i .. 4i + 3] as bytes
+            const __m512i b0 =
+                _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i*)(qg + 32 * i)));
+            const __m512i b1 =
+                _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i*)(qg + 32 * i + 16)));
+            const __m512i v = _mm512_or_si512(b0, _mm512_slli_epi32(b1, 16));
+            w[i] = _mm512_ternarylogic_epi32(v, _mm512_slli_epi32(v, 4), nib, 0xA8);
+          }
+          const __m512i scv = _mm512_cvtepu8_epi32(
+              _mm_loadu_si128((const __m128i*)(SC + ((t * G + g) * 2) * 16)));
+          dots_all<8>(qx.xq.data(), K, M, g, w, scv, A.data());
+        } else {
+          const uint8_t* qg = Q + (t * (K / 2) + g * 8) * 32;
+#pragma GCC unroll 4
+          for (int i = 0; i < 4; ++i) {  // dword c = q[c][4i .. 4i + 3] + 32 as bytes
+            const __m512i a =
+                _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i*)(qg + 64 * i)));
+            const __m512i b =
+                _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i*)(qg + 64 * i + 32)));
+            w[i] = _mm512_or_si512(a, _mm512_slli_epi32(b, 16));
+          }
+          const __m512i scv = _mm512_cvtepi8_epi32(
+              _mm_loadu_si128((const __m128i*)(SC + (t * G + g) * 16)));
+          dots_all<4>(qx.xq.data(), K, M, g, w, scv, A.data());
+        }
+        if (g % 2 == 1 || g == G - 1)
+          pair_sums(M, qx.qp.data(), GP, g / 2,
+                    _mm512_loadu_si512(PR + (t * GP + g / 2) * 32), B.data());
+        if (g % per == per - 1 || g == G - 1) {
+          const int64_t s = g / per;
+          const float* d = DD + (t * S + s) * (q4 ? 32 : 16);
+          close_block(q4, M, qx.xs.data() + s, S, _mm512_loadu_ps(d),
+                      q4 ? _mm512_loadu_ps(d + 16) : _mm512_setzero_ps(), A.data(), B.data(),
+                      acc.data());
+        }
+      }
+      for (int64_t m = 0; m < M; ++m) store_row(acc[m], Bias, t, out_f32, Y, m * T * 16 + t * 16);
+    }
+  });
+  return y;
+}
+
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("mm_q4", &mm_q4, "bf16 x [M, K] @ Q4_K-style weights -> [M, N]");
   m.def("mm_q6", &mm_q6, "bf16 x [M, K] @ Q6_K-style weights -> [M, N]");
+  m.def("pairs_i8", &pairs_i8, "the B-term multipliers of mm_i8, two groups side by side");
+  m.def("mm_i8", &mm_i8, "bf16 x [M, K] as int8 @ Q4_K/Q6_K-style weights -> [M, N]");
   m.def("attention", &attention, "exact per-query attention over prefix + extra keys");
 }

@@ -8,10 +8,14 @@ Contract:
 - :class:`QuantLinear` is a linear layer over bfloat16 inputs whose weights stay in the
   GGUF's integers and scales: ``q4`` (Q4_K: 4-bit values, per group of 32 a 6-bit scale and
   min, per 256 a float16 ``d``/``dmin``) and ``q6`` (Q6_K: signed 6-bit values, per group of
-  16 an int8 scale, per 256 a float16 ``d``). Every row of an M-row call is bit for bit the
-  row computed alone, for any M (see ``qmm.cpp``), so with :mod:`adapld_cli.model.kernels`'
-  exact attention a draft tree's rows equal single decoding steps, as with packed bfloat16.
-  The values are those of the GGUF (``w = d*sc*q - dmin*m``), summed in float32.
+  16 an int8 scale, per 256 a float16 ``d``). Its inputs go in as int8 per row and 256
+  inputs (the GGUF's own Q8_K) on CPUs with AVX-512 VNNI, else as bfloat16
+  (:func:`resolve_activations`, ``$ADAPLD_ACTIVATIONS``). Every row of an M-row call is bit
+  for bit the row computed alone, for any M (see ``qmm.cpp``), so with
+  :mod:`adapld_cli.model.kernels`' exact attention a draft tree's rows equal single decoding
+  steps, as with packed bfloat16.
+  The weights are those of the GGUF (``w = d*sc*q - dmin*m``); sums in float32 (bfloat16
+  inputs) or exact integers per super-block, then float32 (int8 inputs).
 - :func:`q4k_parts` / :func:`q6k_parts` read raw GGUF blocks; :func:`quantize_q4` /
   :func:`quantize_q6` make the same parts from float weights (tests, models without a GGUF);
   :func:`pack` turns parts into the kernel layout (a dict of tensors, what the cache stores).
@@ -28,8 +32,19 @@ KINDS = ("q4", "q6")
 GROUP = {"q4": 32, "q6": 16}
 SUPER = 256  # inputs per float16 d (a GGUF K-quant super-block)
 SOURCE = Path(__file__).with_name("qmm.cpp")
-CFLAGS = ["-O3", "-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512bf16", "-fopenmp"]
+CFLAGS = [
+    "-O3",
+    "-mavx512f",
+    "-mavx512bw",
+    "-mavx512vl",
+    "-mavx512bf16",
+    "-mavx512vnni",
+    "-fopenmp",
+]
 # -fopenmp: at::parallel_for runs on OpenMP; the extension binds to the libgomp torch loaded
+
+ACTIVATIONS = ("int8", "bfloat16")
+ENV_ACTIVATIONS = "ADAPLD_ACTIVATIONS"
 
 _EXT: dict[Path, Any] = {}  # build folder -> loaded module (one per $ADAPLD_HOME in use)
 _FAILED: str | None = None
@@ -82,6 +97,23 @@ def _ninja_on_path() -> None:
 def unavailable() -> str | None:
     """Why the quantized kernels cannot run here (one line), or None. Does not build."""
     return _FAILED or _static_reason()
+
+
+def resolve_activations(value: str | None = None) -> str:
+    """How the quantized linears take their inputs: ``value``, else ``$ADAPLD_ACTIVATIONS``,
+    else ``int8`` on a CPU with AVX-512 VNNI (the faster: README, Performance) and ``bfloat16``
+    elsewhere. ``int8`` where VNNI is missing, or an unknown value, raises ``ValueError``."""
+    import os
+
+    name = (value or os.environ.get(ENV_ACTIVATIONS, "") or "auto").strip().lower()
+    vnni = "avx512_vnni" in _cpu_flags()
+    if name == "auto":
+        return "int8" if vnni else "bfloat16"
+    if name not in ACTIVATIONS:
+        raise ValueError(f"{ENV_ACTIVATIONS}={name}: use one of auto, {', '.join(ACTIVATIONS)}")
+    if name == "int8" and not vnni:
+        raise ValueError(f"{ENV_ACTIVATIONS}=int8: this CPU has no AVX-512 VNNI")
+    return name
 
 
 @functools.lru_cache(maxsize=1)
@@ -318,7 +350,9 @@ def _quant_linear_class() -> type:
 
     class QuantLinear(torch.nn.Module):
         """A linear layer on the ``qmm`` kernels: ``x [..., in] -> [..., out]`` in bfloat16,
-        the bias added in float32 before the one rounding."""
+        the bias added in float32 before the one rounding. ``activations``: ``int8`` (the
+        inputs quantized per row and 256 inputs, VNNI products) or ``bfloat16`` (the inputs
+        as they are); default :func:`resolve_activations`."""
 
         def __init__(
             self,
@@ -326,6 +360,7 @@ def _quant_linear_class() -> type:
             packed: dict[str, torch.Tensor],
             in_features: int,
             bias: torch.Tensor | None = None,
+            activations: str | None = None,
         ) -> None:
             super().__init__()
             self.kind, self.in_features = kind, in_features
@@ -334,17 +369,31 @@ def _quant_linear_class() -> type:
                 self.register_buffer(key, packed[key], persistent=False)
             fbias = None if bias is None else bias.detach().float().contiguous()
             self.register_buffer("fbias", fbias, persistent=False)
-            self.run = getattr(extension(), f"mm_{kind}")
+            ext = extension()
+            self.activations = activations or resolve_activations()
+            self.int8 = self.activations == "int8"
+            pairs = ext.pairs_i8(kind, packed["sc"]) if self.int8 else None
+            self.register_buffer("pairs", pairs, persistent=False)
+            self.run = getattr(ext, f"mm_{kind}")
+            self.run_i8 = ext.mm_i8
             self.dtype = torch.bfloat16
 
         def forward(self, x: torch.Tensor) -> torch.Tensor:
             shape = x.shape
             x2 = x.reshape(-1, shape[-1]).to(torch.bfloat16).contiguous()  # [M, in]
-            y = self.run(x2, self.qp, self.sc, self.dd, self.fbias, False)
+            if self.int8:
+                y = self.run_i8(
+                    self.kind, x2, self.qp, self.sc, self.dd, self.pairs, self.fbias, False
+                )
+            else:
+                y = self.run(x2, self.qp, self.sc, self.dd, self.fbias, False)
             return y.reshape(*shape[:-1], self.out_features)
 
         def extra_repr(self) -> str:
-            return f"{self.kind}, in_features={self.in_features}, out_features={self.out_features}"
+            return (
+                f"{self.kind}, in_features={self.in_features}, "
+                f"out_features={self.out_features}, activations={self.activations}"
+            )
 
     return QuantLinear
 

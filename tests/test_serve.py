@@ -372,3 +372,22 @@ def test_parse_chat_and_text_cutter(tiny_tokenizer):
     assert cut.text(more) == ("ab", True)
     cut = TextCutter(tok, ("\n```",))
     assert cut.piece(ids, final=True) == "ab\n``"
+
+
+def test_client_gone_before_the_stream_starts_frees_its_slot(looping):
+    """A client that sends a streamed request and hangs up at once (its answer never starts)
+    still cancels the never-ending generation and gives its queue slot back."""
+    import socket
+    import urllib.parse
+
+    url = urllib.parse.urlsplit(looping.url)
+    body = json.dumps({"model": looping.model, "messages": messages(), "temperature": 0,
+                       "stream": True}).encode()  # fmt: skip
+    head = (f"POST /v1/chat/completions HTTP/1.1\r\nHost: {url.netloc}\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n").encode()  # fmt: skip
+    for _ in range(3):
+        with socket.create_connection((url.hostname, url.port)) as sock:
+            sock.sendall(head + body)
+    _wait_idle(looping)
+    r = looping.chat(messages=messages(), temperature=0, max_tokens=5)
+    assert r.status_code == 200 and r.json()["choices"][0]["finish_reason"] == "length"

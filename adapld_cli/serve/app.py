@@ -142,11 +142,7 @@ class Service:
                 self.admitted -= 1
 
         if parsed.stream:
-            return StreamingResponse(
-                self._stream(job, events, release),
-                media_type="text/event-stream",
-                headers={"Cache-Control": "no-cache"},
-            )
+            return _Events(self._stream(job, events, release), on_close=lambda: _end(job, release))
         try:
             return await self._whole(request, job, events)
         finally:
@@ -197,6 +193,30 @@ class Service:
         finally:
             job.cancel.set()
             release()
+
+
+def _end(job: Job, release: Any) -> None:
+    """Cancel ``job`` (a no-op once it is done) and give its admission slot back."""
+    job.cancel.set()
+    release()
+
+
+class _Events(StreamingResponse):
+    """Server-sent events that end their job however the response ends: also when the client
+    is gone before the first event, where the event generator never starts (so its own
+    ``finally`` never runs)."""
+
+    def __init__(self, events: AsyncIterator[bytes], on_close: Any) -> None:
+        super().__init__(
+            events, media_type="text/event-stream", headers={"Cache-Control": "no-cache"}
+        )
+        self.on_close = on_close
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self.on_close()
 
 
 async def _api_error(request: Request, exc: Exception) -> Response:

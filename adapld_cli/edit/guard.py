@@ -40,20 +40,29 @@ Rules
      ``Item.total_value``), as a whole identifier, case-sensitive; a lowercase word that
      starts a clause (the imperative verb in ``add a docstring to size``) does not count;
    - it was renamed: a new name of the same kind under the same parent appeared, and either
-     the text is the same except for the name, or the instruction speaks of renaming
-     (``rename``, ``call it``, ``name it``, ``name to``: "change the function name to
-     ``total_in_range``") and names the new name; or its name contains one the instruction
-     replaces (it names both ``find_managers_manager``, gone, and ``find_manager_n``, new, of
-     the same kind and parent) and the same substitution gives a new name of the same kind
-     and parent (``find_managers_manager_help`` -> ``find_manager_n_help``);
+     the text is the same except for the name (for a definition: and the result no longer
+     uses the old name, so ``Leaf.depth`` is no rename of an added ``Leaf.count_leaves`` with
+     the same body while ``child.depth()`` is still called), or the instruction speaks of
+     renaming (``rename``, ``call it``, ``name it``, ``name to``: "change the function name
+     to ``total_in_range``") and names the new name, whose text is akin to the old
+     (:func:`kinship`: at least :data:`RENAME_KINSHIP` of the old's words) and more akin to it
+     than to any other missing item of its kind and parent; or its name contains one the
+     instruction replaces (it names both ``find_managers_manager``, gone, and
+     ``find_manager_n``, new, of the same kind and parent) and the same substitution gives a
+     new name of the same kind and parent (``find_managers_manager_help`` ->
+     ``find_manager_n_help``); or, for a definition not otherwise allowed, the result no
+     longer uses the old name and the new definition holds most of its words
+     (:func:`absorbs`: ``class NFA`` rewritten as ``class DFA``);
    - it moved: the same name of the same kind appeared under another parent and the
-     instruction speaks of moving (``move``, ``extract``, ``wrap``, ``convert``, ``refactor``,
-     ``split``, ``group``, ``nest``, ``reorganise``, ``restructure``);
+     instruction asks to move (:func:`asks_to_move`: ``move``, ``extract``, ``wrap``,
+     ``convert``, ``refactor``, ``split``, ``group``, ``nest``, ``reorganise``,
+     ``restructure`` as a request, not "should be split by ``self.split``");
    - an enclosing definition was renamed or is allowed to go (``Item`` renamed to ``Product``
      keeps ``Item.total_value`` as ``Product.total_value``);
    - the instruction asks to delete a whole kind: a deletion request (rule 3's test, so not
      "change all the classes to support a ``remove`` method") with one of
-     ``unused/dead/redundant/duplicate/obsolete/unnecessary/all/every`` and a kind noun
+     ``unused/dead/redundant/duplicate/obsolete/unnecessary/all/every`` outside code spans
+     (not "remove the `duplicate` methods") and a kind noun
      (``imports``, ``functions``/``helpers``/``methods``, ``classes``, ``constants``/
      ``variables``/``macros``, ``keys``/``entries``/``settings``; ``code`` means every kind),
      e.g. "remove unused imports";
@@ -61,7 +70,11 @@ Rules
      (the import's alias, else its first or last dotted part; the assignment's target) was used
      only inside definitions the instruction names and ``after`` still has, and ``after`` no
      longer mentions it anywhere (``import heapq`` when the instruction names
-     ``distances_to``, its only user, and the new ``distances_to`` no longer uses it).
+     ``distances_to``, its only user, and the new ``distances_to`` no longer uses it);
+   - it is a definition whose body moved into the definitions the result adds: the result no
+     longer mentions its name and they hold most of its words (:func:`absorbs`:
+     ``process_message`` turned into ``TextMessage.process``, ``ImageMessage.process`` and a
+     factory). A helper the named code stopped calling is not dead: it may still be API.
 
    So a method that moves to another class (or a function dedented out of its class) is lost
    unless the instruction names it or asks for a move. For JSON, TOML and YAML (when
@@ -87,17 +100,21 @@ Rules
      :data:`SHRINK_VERBS` that starts a clause or follows and/then/also/or/you/please,
      "remove the prints", not "a ``remove`` method" or "merge sort"; or
      ``shorter``/``simpler``):
-   - it had real statements and has none left (``...``, ``pass``, a docstring);
+   - it had real statements and has none left (``...``, ``pass``, a docstring), or none
+     outside nested definitions (:func:`stranded`: the file cut inside a nested helper; this
+     one even when the instruction names the function);
    - it returned values and returns none (and is no generator), or it returned on every path
      (ends with a return or raise, an ``if``/``else`` whose branches all do...) and now runs
      off its end: the file cut short after its loop, its last ``return`` gone;
    - it kept fewer than a third (:data:`KEPT_SHARE`) of at least 6 (:data:`MIN_STATEMENTS`)
-     statements, and the functions the result adds hold fewer statements than it lost (so
-     code moved into new helpers is kept);
+     statements, and the functions the result adds hold fewer statements than it lost, or
+     fewer than half of the words it lost (so code moved into new helpers is kept, a file cut
+     short in it is not);
 
    unless the instruction names it or a function around or inside it (a nested helper is
    part of its enclosing function; an enclosing class does not count), by rule 1's naming. An
-   emptied function stands for the functions nested in it.
+   emptied function stands for the functions nested in it. A method of a renamed class is
+   measured against its namesake in the new class (``NFA.transition`` -> ``DFA.transition``).
 """
 
 from __future__ import annotations
@@ -165,11 +182,12 @@ _KIND_NOUNS: dict[str, tuple[str, ...]] = {
 }
 _WORD_RE = re.compile(r"[\w$]+")
 _HEADER_RE = re.compile(r"(.+?)(\.(?:h|hh|hpp|hxx|h\+\+|inc|inl|tcc))")
-_CLAUSE_START_RE = re.compile(
-    r"(?:^|[.;:!?,\n(])\s*(?:(?:please|also|then|and|now|just|first|finally)\s+)*$", re.I
+_CLAUSE_START_RE = re.compile(  # a full stop ends a clause, the dot of ``self.split`` does not
+    r"(?:^|[;:!?,\n(]|\.\s)\s*(?:(?:please|also|then|and|now|just|first|finally)\s+)*$", re.I
 )
 _REQUEST_LEAD_RE = re.compile(r"\b(?:and|then|also|or|you|please)\s+$", re.IGNORECASE)
 _RENAME_RE = re.compile(r"\b(?:renam\w*|call(?:ed)? it|name it|names? to)\b", re.IGNORECASE)
+_CODE_SPAN_RE = re.compile(r"`[^`\n]*`")  # `duplicate` is a name, not a wholesale word
 _SET_KINDS = {"assignment", "import"}  # compared by presence, not count
 _DEF_KINDS = {"function", "class"}
 _MOVE_RE = re.compile(
@@ -185,6 +203,19 @@ _STOP = {  # bodies whose statements are not top-level
     "field_declaration_list", "enumerator_list",
 }  # fmt: skip
 _FN_VALUES = {"arrow_function", "function_expression", "function", "generator_function"}
+# rule 1: a rename the instruction names needs this kinship (share of the old words it kept)
+RENAME_KINSHIP = 0.5
+# rule 1: a definition absorbed into added ones (or rewritten under a new name): this share of
+# its words, at least that many, recur there
+ABSORBED_SHARE = 0.8
+ABSORBED_MIN_WORDS = 12
+_COMMON_WORDS = frozenset({  # keywords and the like: they make any two bodies look akin
+    "def", "class", "return", "if", "elif", "else", "for", "while", "in", "not", "and", "or",
+    "is", "self", "this", "None", "True", "False", "pass", "lambda", "with", "as", "try",
+    "except", "finally", "raise", "yield", "break", "continue", "import", "from", "const",
+    "let", "var", "function", "fn", "pub", "mut", "impl", "struct", "new", "null", "nil",
+    "func", "int", "void", "static", "public", "private", "final", "async", "await",
+})  # fmt: skip
 # rule 3: a function that kept fewer than KEPT_SHARE of at least MIN_STATEMENTS statements
 MIN_STATEMENTS = 6
 KEPT_SHARE = 1 / 3
@@ -231,6 +262,7 @@ class Body:
     yields: bool  # a generator (its values need no return)
     exits: bool = False  # control cannot fall off its end (it ends with return/raise...)
     placeholders: int = 0  # `...` statements and comments like "# ... rest unchanged"
+    own: int = 0  # real statements outside nested functions and classes, not definitions
 
 
 @dataclass(frozen=True)
@@ -243,8 +275,9 @@ class ScopeVerdict:
       definitions and assignments in source order, then imports); may be empty when only the
       line rule fired.
     - ``allowed``: names that went missing with the instruction's blessing (named, a kind it
-      asks to delete, or an import/assignment the edit made dead); ``renamed``: ``(old, new)``
-      pairs counted as kept (renames and moves: ``("load", "Store.load")``).
+      asks to delete, an import/assignment the edit made dead, or a definition absorbed into
+      the added ones); ``renamed``: ``(old, new)`` pairs counted as kept (renames and moves:
+      ``("load", "Store.load")``).
     - ``emptied``: functions kept by name whose body was gutted (rule 3), for the message.
     - ``lines_before`` / ``lines_after``: non-blank line counts; ``asks_to_delete``: the
       instruction has a deletion word; ``structural``: names were compared (a grammar or a
@@ -365,8 +398,22 @@ def asks_to_shrink(instruction: str) -> bool:
     ``shorter``/``simpler`` anywhere; not a deletion word that describes ("a ``remove``
     method", "merge sort", "alpha-beta pruning", "on insertion, deletion", "it should reduce
     traffic", "scores to prune branches")."""
-    for m in _SHRINK_RE.finditer(instruction):
-        if m.group().lower() in {"shorter", "simpler"}:
+    return _requested(_SHRINK_RE, instruction, always={"shorter", "simpler"})
+
+
+def asks_to_move(instruction: str) -> bool:
+    """Whether the instruction *requests* a move (rule 1): a word of :data:`_MOVE_RE` used as
+    :func:`asks_to_shrink` uses its verbs ("wrap these functions in a class", "then move f
+    to B"), not one that describes ("the sequence should be split by ``self.split``")."""
+    return _requested(_MOVE_RE, instruction)
+
+
+def _requested(verbs: re.Pattern[str], instruction: str, always: set[str] | None = None) -> bool:
+    """Whether a match of ``verbs`` in ``instruction`` is a request: it starts a clause or
+    follows ``and``/``then``/``also``/``or``/``you``/``please``; a match whose lowercase text
+    is in ``always`` counts wherever it stands."""
+    for m in verbs.finditer(instruction):
+        if always and m.group().lower() in always:
             return True
         head = instruction[: m.start()]
         if _CLAUSE_START_RE.search(head) or _REQUEST_LEAD_RE.search(head):
@@ -418,8 +465,11 @@ def _mentions(word: str, instruction: str) -> bool:
 def wholesale_kinds(instruction: str) -> set[str]:
     """Kinds the instruction asks to delete wholesale ("remove unused imports" -> import); a
     deletion word that only describes ("change all the classes to support a ``remove``
-    method") asks for nothing (:func:`asks_to_shrink`)."""
-    if not asks_to_shrink(instruction) or not _WHOLESALE_RE.search(instruction):
+    method") asks for nothing (:func:`asks_to_shrink`), nor does a wholesale word in a code
+    span ("remove the `duplicate` methods" names methods called ``duplicate``)."""
+    if not asks_to_shrink(instruction):
+        return set()
+    if not _WHOLESALE_RE.search(_CODE_SPAN_RE.sub(" ", instruction)):  # "the `duplicate` methods"
         return set()
     kinds: set[str] = set()
     for nouns, covered in _KIND_NOUNS.items():
@@ -440,8 +490,10 @@ def compare_items(
     With ``texts`` (the whole ``before`` and ``after``), what only named definitions used goes
     with them (rule 1, last case)."""
     missing = _missing(old, new)
+    added = _missing(new, old)
     dead = _DeadCode(old, new, texts, instruction) if texts is not None else None
-    partners = _Partners(_missing(new, old), instruction, missing)
+    result = _Result(texts[1], new, added) if texts is not None else None
+    partners = _Partners(added, instruction, missing)
     present = {i.name for i in new}
     kinds = wholesale_kinds(instruction)
     status: dict[str, str] = {}  # name -> "allowed" | "renamed" | "lost"
@@ -458,16 +510,21 @@ def compare_items(
         if parent is not None and new_names[parent] + item.name[len(parent) :] in present:
             status[item.name] = "renamed"  # moved along with its renamed parent
             continue
-        partner = partners.take(item) or partners.derived(item)
+        # unasked renames need the result to have stopped using the old name
+        unasked = result is None or item.kind not in _DEF_KINDS or not result.uses(item)
+        partner = partners.take(item, unasked=unasked) or partners.derived(item)
+        allowed = partner is None and (
+            names_in(item.name, instruction)
+            or item.kind in kinds
+            or (dead is not None and dead.only_named_code_used(item))
+        )
+        if partner is None and unasked and not allowed:
+            partner = partners.rewritten(item)
         if partner is not None:
             renamed.append((item.name, partner.name))
             new_names[item.name] = partner.name
             status[item.name] = "renamed"
-        elif (
-            names_in(item.name, instruction)
-            or item.kind in kinds
-            or (dead is not None and dead.only_named_code_used(item))
-        ):
+        elif allowed or (result is not None and result.absorbed(item)):
             status[item.name] = "allowed"
         else:
             status[item.name] = "lost"
@@ -524,7 +581,8 @@ class _DeadCode:
 def _bound_names(item: Item) -> set[str]:
     """The identifiers code uses to refer to an import or a top-level assignment: the import's
     alias (``np``), else its first and last dotted parts (``os.path``: ``os``, ``path``); an
-    assignment's plain name; nothing for a definition, a wildcard or a C include."""
+    assignment's plain name; nothing for a definition (a helper the named code stopped
+    calling may still be API: CanItEdit's 100_pandas_apply), a wildcard or a C include."""
     if item.kind == "assignment":
         return {item.name} if _WORD_RE.fullmatch(item.name) else set()
     if item.kind != "import" or item.name.endswith("*") or _HEADER_RE.fullmatch(item.name):
@@ -572,7 +630,9 @@ class _Partners:
     """The added items, indexed to find what a missing item became (each used once):
 
     - a rename: same kind and parent, and the same text once each item's own name is blanked
-      out, or (when the instruction speaks of renaming) a new name the instruction names;
+      out, or (when the instruction speaks of renaming) a new name the instruction names whose
+      text is akin to the missing item's (:func:`kinship` at least :data:`RENAME_KINSHIP`) and
+      more akin to it than to any other missing item of its kind and parent;
     - a move: same kind and name under another parent, when the instruction speaks of moving
       (move, extract, wrap, convert, refactor, split, group, nest, reorganise, restructure);
     - a derived rename (:meth:`derived`).
@@ -597,29 +657,49 @@ class _Partners:
         ]
         self.by_text: dict[tuple[str, str, str], list[Item]] = {}
         self.by_leaf: dict[tuple[str, str], list[Item]] = {}
+        self.by_parent: dict[tuple[str, str], list[Item]] = {}
         self.named: dict[tuple[str, str], list[Item]] = {}
         asks_rename = _RENAME_RE.search(instruction) is not None
-        self.asks_move = _MOVE_RE.search(instruction) is not None
+        self.asks_move = asks_to_move(instruction)
         for cand in added:
             parent, _, leaf = cand.name.rpartition(".")
             if cand.text:
                 key = (cand.kind, parent, _blank(cand.text, leaf))
                 self.by_text.setdefault(key, []).append(cand)
             self.by_leaf.setdefault((cand.kind, leaf), []).append(cand)
+            if cand.kind in _DEF_KINDS:
+                self.by_parent.setdefault((cand.kind, parent), []).append(cand)
             if asks_rename and names_in(cand.name, instruction):
                 self.named.setdefault((cand.kind, parent), []).append(cand)
+        self.closest = {  # id(named new item) -> the missing item most akin to it
+            id(c): _closest(c, [m for m in missing if _siblings(m, c)])
+            for cands in self.named.values()
+            for c in cands
+        }
 
-    def take(self, item: Item) -> Item | None:
+    def take(self, item: Item, *, unasked: bool = True) -> Item | None:
+        """What ``item`` became: a rename partner (by text only when ``unasked``), else a
+        move."""
         parent, _, leaf = item.name.rpartition(".")
-        if item.text:
+        found = None
+        if unasked and item.text:
             found = self._first(self.by_text.get((item.kind, parent, _blank(item.text, leaf))))
-            if found is not None:
-                return found
-        found = self._first(self.named.get((item.kind, parent)))
+        if found is None:
+            named = self.named.get((item.kind, parent), [])
+            found = self._first([c for c in named if self.closest.get(id(c)) is item])
         if found is None and self.asks_move:
             moved = self.by_leaf.get((item.kind, leaf), [])
             found = self._first([c for c in moved if c.name.rpartition(".")[0] != parent])
         return found
+
+    def rewritten(self, item: Item) -> Item | None:
+        """A rename with an edited body: the added item of the same kind and parent that holds
+        most of ``item``'s words (:func:`absorbs`), whatever the instruction says (``NFA``
+        rewritten as ``DFA``); the caller checks that the result no longer uses the old
+        name."""
+        parent = item.name.rpartition(".")[0]
+        cands = [c for c in self.by_parent.get((item.kind, parent), []) if absorbs([c], item)]
+        return self._first(cands)
 
     def derived(self, item: Item) -> Item | None:
         """A name derived from a replaced one, replaced the same way: the instruction names
@@ -642,6 +722,88 @@ class _Partners:
                 self.used.add(id(cand))
                 return cand
         return None
+
+
+def _siblings(a: Item, b: Item) -> bool:
+    """Same kind and same parent."""
+    return a.kind == b.kind and a.name.rpartition(".")[0] == b.name.rpartition(".")[0]
+
+
+def _closest(new: Item, missing: list[Item]) -> Item | None:
+    """The item of ``missing`` most akin to ``new`` (:func:`kinship`, then the number of
+    words they share; the first on a tie), if at least :data:`RENAME_KINSHIP` akin."""
+    best, score = None, (RENAME_KINSHIP, -1)
+    for old in missing:
+        here = (kinship(old, new), len(_shared_words(old, new)))
+        if here[0] >= RENAME_KINSHIP and here > score:
+            best, score = old, here
+    return best
+
+
+def kinship(old: Item, new: Item) -> float:
+    """The share of ``old``'s distinct words (identifiers and literal words; its own name,
+    common keywords and numbers left out) that ``new``'s text has: 1.0 for a body kept
+    under a new name, about 0.3 for an unrelated function of the same class. Items without
+    text (data keys) are all akin (1.0)."""
+    if not old.text or not new.text:
+        return 1.0
+    mine = _content_words(old.text, old.name.rpartition(".")[2])
+    return len(_shared_words(old, new)) / len(mine) if mine else 0.0
+
+
+def _shared_words(old: Item, new: Item) -> set[str]:
+    """The distinct :func:`_content_words` of ``old`` that ``new`` has too."""
+    mine = _content_words(old.text, old.name.rpartition(".")[2])
+    return set(mine) & set(_content_words(new.text, new.name.rpartition(".")[2]))
+
+
+@lru_cache(maxsize=1024)
+def _content_words(text: str, own: str = "") -> Counter[str]:
+    """The words of ``text`` that carry meaning: not ``own`` (a definition's name), not
+    :data:`_COMMON_WORDS`, not numbers. Cached: do not modify the result."""
+    return Counter(
+        w for w in _WORD_RE.findall(text) if w != own and w not in _COMMON_WORDS and not w.isdigit()
+    )
+
+
+class _Result:
+    """The result's side of rule 1's evidence: which names its text still uses, and which
+    definitions it adds."""
+
+    def __init__(self, after: str, new: list[Item], added: list[Item]) -> None:
+        self.words = Counter(_WORD_RE.findall(after))
+        self.leaves = Counter(i.name.rpartition(".")[2] for i in new)
+        names = {a.name for a in added}
+        # added definitions not nested in another added one (their text holds the nested)
+        self.added = [
+            a for a in added if a.kind in _DEF_KINDS and a.name.rpartition(".")[0] not in names
+        ]
+
+    def uses(self, item: Item) -> bool:
+        """Whether the result still mentions ``item``'s name (its last part) beyond the
+        names of its own items (a definition spells its name once): a call, a reference."""
+        leaf = item.name.rpartition(".")[2]
+        return self.words[leaf] > self.leaves[leaf]
+
+    def absorbed(self, item: Item) -> bool:
+        """A definition whose body moved into the definitions the result adds (a function
+        turned into classes): the result no longer mentions it and they hold most of its
+        words (:func:`absorbs`)."""
+        return item.kind in _DEF_KINDS and not self.uses(item) and absorbs(self.added, item)
+
+
+def absorbs(new: list[Item], old: Item) -> bool:
+    """Whether the texts of ``new`` hold at least :data:`ABSORBED_SHARE` of ``old``'s words
+    (:func:`_content_words`, counted with repeats, its own name left out), ``old`` having at
+    least :data:`ABSORBED_MIN_WORDS` of them."""
+    mine = _content_words(old.text, old.name.rpartition(".")[2])
+    total = sum(mine.values())
+    if total < ABSORBED_MIN_WORDS:
+        return False
+    theirs: Counter[str] = Counter()
+    for item in new:
+        theirs.update(_content_words(item.text))
+    return sum(min(n, theirs[w]) for w, n in mine.items()) >= ABSORBED_SHARE * total
 
 
 def _blank(text: str, name: str) -> str:
@@ -681,6 +843,7 @@ class _Scan:
     defs: tuple[Definition, ...] = ()
 
 
+@lru_cache(maxsize=8)  # the same ``before`` is often judged against several results
 def _scan(text: str, language: str | None) -> _Scan | None:
     if language in DATA_FORMATS:
         keys = data_keys(text, language)
@@ -711,45 +874,78 @@ def _emptied_bodies(
     seen: Counter[str] = Counter()
     new_name = dict(renamed)
     shrink = asks_to_shrink(instruction)
-    moved: int | None = None  # statements of the functions the result adds (computed once)
+    added: _Added | None = None  # the functions the result adds (computed once)
     functions = {d.name for d in old.defs if _def_kind(d) == "function"}
     out = []
     for d in old.defs:
         if _def_kind(d) != "function":
             continue
         seen[d.name] += 1
-        target = new_name.get(d.name, d.name)
+        target = _renamed(d.name, new_name)
         k = seen[d.name] if target == d.name else 1
         cands = new_defs.get(target, [])
         if len(cands) < k or cands[k - 1].text == d.text:
             continue  # gone (rule 1's business) or unchanged
         after_def = cands[k - 1]
         names = [after_def.name, *_related_functions(d.name, functions)]
-        if any(names_in(n, instruction) for n in names):
-            continue
+        named = any(names_in(n, instruction) for n in names)
         shape_before, shape_after = _shape_of(old, d), _shape_of(new, after_def)
         if shape_before is None or shape_after is None:
             continue
-        if moved is None and _shrank(shape_before, shape_after):
-            moved = _added_statements(old, new)
-        if gutted(shape_before, shape_after, asks_to_shrink=shrink, moved=moved or 0):
+        if named:  # the instruction's to rewrite, unless nothing is left to run
+            if not shrink and stranded(shape_before, shape_after):
+                out.append(d.name)
+            continue
+        moved = 0
+        if _shrank(shape_before, shape_after):
+            added = added or _added_functions(old, new)
+            moved = added.statements if added.holds(d.text, after_def.text) else 0
+        if gutted(shape_before, shape_after, asks_to_shrink=shrink, moved=moved):
             out.append(d.name)
     # an emptied function stands for the functions nested in it
     return [n for n in _unique(out) if not any(n.startswith(o + ".") for o in out)]
 
 
-def _added_statements(old: _Scan, new: _Scan) -> int:
-    """Statements in the functions ``new`` adds (not nested in another added one)."""
+def _renamed(name: str, new_name: dict[str, str]) -> str:
+    """``name`` in the result: renamed itself, or under a renamed parent (``NFA.transition``
+    -> ``DFA.transition`` when ``NFA`` became ``DFA``)."""
+    parts = name.split(".")
+    for k in range(len(parts), 0, -1):
+        head = ".".join(parts[:k])
+        if head in new_name:
+            return ".".join([new_name[head], *parts[k:]])
+    return name
+
+
+@dataclass(frozen=True)
+class _Added:
+    """The functions a result adds (not nested in another added one): their statements and
+    words, where code that left a shrunken function may have gone."""
+
+    statements: int
+    words: Counter[str]
+
+    def holds(self, before: str, after: str) -> bool:
+        """Whether at least half of the words a function lost (its text ``before`` minus
+        ``after``, counted with repeats; :func:`_content_words`) recur here: its code moved
+        into the added functions, the file was not cut short in it."""
+        lost = _content_words(before) - _content_words(after)
+        found = sum(min(n, self.words[w]) for w, n in lost.items())
+        return 2 * found >= sum(lost.values())
+
+
+def _added_functions(old: _Scan, new: _Scan) -> _Added:
     known = {d.name for d in old.defs}
     added = [d for d in new.defs if d.name not in known and _def_kind(d) == "function"]
     names = {d.name for d in added}
-    total = 0
+    statements, words = 0, Counter[str]()
     for d in added:
         if any(d.name.startswith(n + ".") for n in names):
             continue  # counted with the added function around it
         shape = _shape_of(new, d)
-        total += shape.statements if shape else 0
-    return total
+        statements += shape.statements if shape else 0
+        words.update(_content_words(d.text))
+    return _Added(statements, words)
 
 
 def _related_functions(name: str, functions: set[str]) -> list[str]:
@@ -766,11 +962,12 @@ def gutted(before: Body, after: Body, *, asks_to_shrink: bool = False, moved: in
 
     - it lost statements and gained a placeholder (``...``, ``# ... rest unchanged``), even
       when the instruction asks to shrink; otherwise, unless it asks to shrink:
-    - it had real statements and has none left;
+    - it had real statements and has none left, or none outside nested definitions;
     - it returned values and returns none, or it returned on every path and now runs off
       its end (a generator needs no return);
     - it kept less than :data:`KEPT_SHARE` of at least :data:`MIN_STATEMENTS` statements, and
-      the functions the result adds (``moved`` statements) cannot hold what it lost.
+      the functions the result adds (``moved`` statements; 0 when they do not hold the words
+      it lost) cannot hold what it lost.
     """
     if after.placeholders > before.placeholders and after.statements < before.statements:
         return True
@@ -778,10 +975,19 @@ def gutted(before: Body, after: Body, *, asks_to_shrink: bool = False, moved: in
         return False
     if before.statements and not after.statements:
         return True
+    if stranded(before, after):
+        return True
     lost_return = not after.returns or (before.exits and not after.exits)
     if before.returns and not after.yields and lost_return:
         return True
     return _shrank(before, after) and before.statements - after.statements > moved
+
+
+def stranded(before: Body, after: Body) -> bool:
+    """Whether a body that ran statements of its own now holds nothing but nested
+    definitions: nothing would run them (a file cut inside a nested helper). A stub (``pass``,
+    an abstract method) is not stranded."""
+    return before.own > 0 and after.own == 0 and after.statements > 0
 
 
 def _shrank(before: Body, after: Body) -> bool:
@@ -829,8 +1035,8 @@ def body_shape(body: Any, data: bytes) -> Body:
     that moved into a nested helper is kept) and its value returns (not those of nested
     functions and lambdas)."""
     if body.type not in _BLOCKS:  # an expression body: (x) => x * 2
-        return Body(1, 1, False, True)
-    statements = returns = placeholders = 0
+        return Body(1, 1, False, True, own=1)
+    statements = returns = placeholders = own = 0
     yields = False
     stack = [(body, False)]
     while stack:
@@ -846,6 +1052,7 @@ def body_shape(body: Any, data: bytes) -> Body:
                 continue
             if (in_block or t.endswith("_statement")) and not _is_stub(child, data):
                 statements += 1
+                own += not nested and t not in _NESTED and t != "decorated_definition"
             elif t == "expression_statement" and _text(child, data).strip() == "...":
                 placeholders += 1
             if not nested and t in _RETURNS and _has_value(child):
@@ -853,7 +1060,7 @@ def body_shape(body: Any, data: bytes) -> Body:
             elif not nested and t in _YIELDS:
                 yields = True
             stack.append((child, nested or t in _NESTED))
-    return Body(statements, returns, yields, _exits(body, data), placeholders)
+    return Body(statements, returns, yields, _exits(body, data), placeholders, own)
 
 
 def _exits(node: Any, data: bytes) -> bool:
@@ -1101,7 +1308,9 @@ __all__ = [
     "Body",
     "Item",
     "ScopeVerdict",
+    "absorbs",
     "asks_to_delete",
+    "asks_to_move",
     "asks_to_shrink",
     "body_shape",
     "check_scope",
@@ -1109,7 +1318,9 @@ __all__ = [
     "describe_lost",
     "file_items",
     "gutted",
+    "kinship",
     "names_in",
     "non_blank_lines",
+    "stranded",
     "wholesale_kinds",
 ]

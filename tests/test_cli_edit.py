@@ -142,7 +142,8 @@ def test_syntax_refusal_and_force(cli, source_file, texts):
     before = snapshot(source_file)
     r = cli(source_file, "-i", "rename", model="broken")
     assert r.exit_code == 1
-    assert "calc.py: refused — the edited file does not parse (line 1" in r.stderr
+    # the scripted model repeats its answer when asked again (--attempts 2, the default)
+    assert "calc.py: refused after 2 attempts — the edited file does not parse (line 1" in r.stderr
     assert "--force" in r.stderr
     assert snapshot(source_file) == before
     forced = cli(source_file, "-i", "rename", "--force", model="broken")

@@ -228,7 +228,9 @@ def test_unchanged_says_the_model_made_no_change(cli, source_file):
     before = snapshot(source_file)
     r = cli(source_file, "-i", "add a docstring", model="same")
     assert r.exit_code == 0
-    assert lines(r)[0].startswith(f"{source_file}: unchanged — the model made no change")
+    assert lines(r)[0].startswith(
+        f"{source_file}: unchanged after 2 attempts — the model made no change"
+    )
     assert snapshot(source_file) == before
 
 
@@ -255,11 +257,13 @@ def test_fragment_over_a_file_is_refused(cli, tmp_path, name, why):
     before = snapshot(path)
     r = cli(path, "-i", "add a docstring to the tagged method", model="fragment")
     assert r.exit_code == 1
-    assert lines(r) == [f"{path}: refused — {why}; nothing written (--force writes it anyway)"]
+    assert lines(r) == [
+        f"{path}: refused after 2 attempts — {why}; nothing written (--force writes it anyway)"
+    ]
     assert snapshot(path) == before
     for mode in ("--check", "--diff", "--stdout"):
         shown = cli(path, "-i", "add a docstring to the tagged method", mode, model="fragment")
-        assert shown.exit_code == 1 and f"{path}: refused — {why}" in shown.stderr
+        assert shown.exit_code == 1 and f"{path}: refused after 2 attempts — {why}" in shown.stderr
         assert shown.stdout == ""
     forced = cli(path, "-i", "add a docstring", "--force", model="fragment")
     assert forced.exit_code == 0 and path.read_text() == FRAGMENT
@@ -278,7 +282,7 @@ def test_output_file_is_guarded_too(cli, tmp_path):
     path, out = tmp_path / "inv.py", tmp_path / "out.py"
     path.write_text(INVENTORY)
     r = cli(path, "-i", "add a docstring to the tagged method", "-o", out, model="fragment")
-    assert r.exit_code == 1 and "refused — would delete" in r.stderr
+    assert r.exit_code == 1 and "refused after 2 attempts — would delete" in r.stderr
     assert not out.exists()
 
 
@@ -288,7 +292,7 @@ def test_lost_constant_is_refused(cli, tmp_path):
     before = snapshot(path)
     r = cli(path, "-i", "add a docstring to size", model="lost")
     assert r.exit_code == 1
-    assert f"{path}: refused — would delete DATA" in r.stderr
+    assert f"{path}: refused after 2 attempts — would delete DATA" in r.stderr
     assert snapshot(path) == before
 
 

@@ -190,7 +190,7 @@ def test_broken_rewrite_left_untouched_and_fails(hook_env, tiny_models, texts, t
     assert "files were modified by this hook" not in proc.out
     assert "- exit code: 1" in proc.out
     shown = hook_output(proc.out)
-    assert "calc.py: refused — the edited file does not parse" in shown
+    assert "calc.py: refused after 2 attempts — the edited file does not parse" in shown
     assert "nothing written" in shown
     assert sorted(p.name for p in repo.path.iterdir()) == [".git", ".pre-commit-config.yaml",
                                                            "calc.py"]  # fmt: skip

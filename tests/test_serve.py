@@ -383,8 +383,10 @@ def test_client_gone_before_the_stream_starts_frees_its_slot(looping):
     url = urllib.parse.urlsplit(looping.url)
     body = json.dumps({"model": looping.model, "messages": messages(), "temperature": 0,
                        "stream": True}).encode()  # fmt: skip
-    head = (f"POST /v1/chat/completions HTTP/1.1\r\nHost: {url.netloc}\r\n"
-            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n").encode()  # fmt: skip
+    head = (
+        f"POST /v1/chat/completions HTTP/1.1\r\nHost: {url.netloc}\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+    ).encode()
     for _ in range(3):
         with socket.create_connection((url.hostname, url.port)) as sock:
             sock.sendall(head + body)

@@ -18,6 +18,7 @@ import typer
 from adapld_cli.cli.app import app
 from adapld_cli.cli.helpfmt import PlainHelpCommand
 from adapld_cli.cli.options import DeviceOpt, DtypeOpt, ModelOpt, ThreadsOpt, WeightsOpt
+from adapld_cli.edit.session import DEFAULT_ATTEMPTS
 from adapld_cli.engine.methods import METHOD_HELP, Method
 
 if TYPE_CHECKING:
@@ -49,7 +50,7 @@ EPILOG = (
     "garbage) · 130 interrupted by Ctrl-C and 143 by SIGTERM (the file being edited is "
     "left untouched; files finished before are listed).\n\n"
     "The model is --model, else $ADAPLD_MODEL, else the embedded "
-    "Qwen2.5-Coder-0.5B-Instruct. NO_COLOR turns colour off; the live panel is drawn only "
+    "Qwen2.5-Coder-1.5B-Instruct. NO_COLOR turns colour off; the live panel is drawn only "
     "when stderr is a terminal (not in CI or pre-commit)."
 )
 
@@ -142,6 +143,20 @@ MaxNewTokensOpt = Annotated[
         panel=_GEN,
     ),
 ]
+AttemptsOpt = Annotated[
+    int,
+    _opt(
+        "--attempts",
+        min=1,
+        metavar="N",
+        help="Generations per file: a result refused by a check (it does not parse, or loses "
+        "code the instruction does not name) or returned unchanged is asked for again, with "
+        "the reason, up to N generations in all. Only an accepted result is written; 1 = "
+        "never ask again.",
+        panel=_GEN,
+        show_default=True,
+    ),
+]
 TemperatureOpt = Annotated[
     float,
     _opt(
@@ -229,6 +244,7 @@ def edit(
     server: ServerOpt = None,
     method: MethodOpt = Method.adapld,
     max_new_tokens: MaxNewTokensOpt = None,
+    attempts: AttemptsOpt = DEFAULT_ATTEMPTS,
     temperature: TemperatureOpt = 0.0,
     top_p: TopPOpt = 1.0,
     seed: SeedOpt = None,
@@ -267,6 +283,7 @@ def edit(
                 top_p=top_p,
                 seed=seed,
                 force=force,
+                attempts=attempts,
             ),
             model=ModelConfig(
                 spec=model, device=device, dtype=dtype, threads=threads, weights=weights

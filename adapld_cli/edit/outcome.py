@@ -59,6 +59,11 @@ class Outcome:
     def stats(self) -> Stats | None:
         return self.result.stats if self.result is not None else None
 
+    @property
+    def attempts(self) -> int:
+        """Generations the result took (0 without one)."""
+        return self.result.attempts if self.result is not None else 0
+
     @classmethod
     def failed(cls, name: str, exc: EditError) -> Outcome:
         """An edit-layer error on this file (its message loses a leading ``name: ``)."""
@@ -77,6 +82,7 @@ class Outcome:
         if self.result is not None:
             row.update(self.result.stats.as_dict())
             row["stop_reason"] = self.result.stop_reason
+            row["attempts"] = self.result.attempts
         if self.status in (Status.ERROR, Status.REFUSED) and self.detail:
             row["message"] = self.detail
         return row

@@ -174,6 +174,27 @@ def conversation(
     return Conversation(messages, f"{template.assistant_prefix}{fence}{tag}\n", fence)
 
 
+REPAIR_REQUEST = (
+    "{feedback} Edit the original file again: {instruction} Keep every other line, comment "
+    "and definition as it is, and reply with the complete edited file in a single code block."
+)
+
+
+def repair_conversation(
+    base: Conversation, answer: str, feedback: str, instruction: str
+) -> Conversation:
+    """``base`` (a first attempt's conversation) followed by the rejected ``answer`` (the file
+    it gave, in the answer's fence) and a user turn saying what was wrong (``feedback``) and
+    asking again; the answer opens as before. Built from ``base`` each time, so a third
+    attempt's prompt holds the original file and only the latest rejected answer."""
+    sep = "" if answer.endswith("\n") or not answer else "\n"
+    reply = f"{base.opening}{answer}{sep}{base.fence}"
+    ask = REPAIR_REQUEST.format(feedback=feedback.strip(), instruction=instruction.strip())
+    turns = [{"role": "assistant", "content": reply}, {"role": "user", "content": ask}]
+    messages = [*base.messages, *turns]
+    return Conversation(messages, base.opening, base.fence)
+
+
 def chat_text(tokenizer: Any, messages: list[dict[str, str]]) -> str:
     """The prompt text for ``messages``, ending where the answer starts: the tokenizer's chat
     template with the assistant turn opened, or a plain fallback when it has none. A last
@@ -189,20 +210,6 @@ def chat_text(tokenizer: Any, messages: list[dict[str, str]]) -> str:
     return chat + prefill
 
 
-def render(
-    template: PromptTemplate,
-    tokenizer: Any,
-    *,
-    code: str,
-    instruction: str,
-    filename: str,
-    lang: str | None,
-) -> tuple[str, str]:
-    """The prompt text (ending in the opened fence) and the fence used."""
-    conv = conversation(template, code=code, instruction=instruction, filename=filename, lang=lang)
-    return chat_text(tokenizer, conv.with_opening), conv.fence
-
-
 def build_prompt(
     template: PromptTemplate,
     tokenizer: Any,
@@ -213,11 +220,15 @@ def build_prompt(
     lang: str | None,
 ) -> Prompt:
     """Render and tokenize the prompt for one file."""
-    text, fence = render(
-        template, tokenizer, code=code, instruction=instruction, filename=filename, lang=lang
-    )
+    conv = conversation(template, code=code, instruction=instruction, filename=filename, lang=lang)
+    return conversation_prompt(conv, tokenizer)
+
+
+def conversation_prompt(conv: Conversation, tokenizer: Any) -> Prompt:
+    """Render and tokenize a conversation (its opening continued by the answer)."""
+    text = chat_text(tokenizer, conv.with_opening)
     ids = list(tokenizer(text, add_special_tokens=False)["input_ids"])
-    return Prompt(text=text, ids=ids, fence=fence, stop_string="\n" + fence)
+    return Prompt(text=text, ids=ids, fence=conv.fence, stop_string="\n" + conv.fence)
 
 
 def extract_file(generated: str, fence: str, *, trailing_newline: bool) -> tuple[str, bool]:

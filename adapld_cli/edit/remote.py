@@ -20,7 +20,7 @@ import json
 import os
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from adapld_cli.edit.errors import EditError
@@ -37,6 +37,7 @@ from adapld_cli.edit.session import (
     PreparedEdit,
     checked_language,
     judge_text,
+    retry_conversation,
 )
 from adapld_cli.edit.source import SourceFile
 from adapld_cli.engine.types import GenerationConfig, Source, Stats, StepEvent
@@ -233,6 +234,14 @@ class RemoteSession:
             source_tokens=0, context_limit=None, conversation=conv,
         )  # fmt: skip
         return prepared
+
+    def repair(self, prepared: PreparedEdit, result: EditResult) -> PreparedEdit | None:
+        """The next attempt after ``result`` (:func:`retry_conversation`), or None. The
+        server checks the context."""
+        conv = retry_conversation(prepared, result)
+        if conv is None:
+            return None
+        return replace(prepared, conversation=conv, base=prepared.base or prepared.conversation)
 
     def payload(self, prepared: PreparedEdit) -> dict[str, Any]:
         cfg = prepared.config

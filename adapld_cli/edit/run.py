@@ -37,7 +37,13 @@ from adapld_cli.edit.journal import Journal, Run
 from adapld_cli.edit.outcome import Outcome, RunReport, StatsLog, Status
 from adapld_cli.edit.prompt import PromptTemplate
 from adapld_cli.edit.remote import ChatClient, RemoteSession, ServerConfig, ServerError
-from adapld_cli.edit.session import EditOptions, EditResult, EditSession
+from adapld_cli.edit.session import (
+    EditOptions,
+    EditResult,
+    EditSession,
+    PreparedEdit,
+    with_repairs,
+)
 from adapld_cli.edit.writeback import WriteBack, apply_result
 from adapld_cli.engine.types import StepEvent, UnsupportedModelError
 from adapld_cli.model.errors import ModelError
@@ -214,10 +220,23 @@ class _Run:
             return Outcome.interrupted(item.name, exc)
 
     def generate(self, session: EditSession | RemoteSession, item: EditInput) -> EditResult:
+        """Generate and judge, with repairs up to ``--attempts`` (:func:`with_repairs`); each
+        attempt gets its own live panel."""
         prepared = session.prepare(item.source, self.config.instruction, item.lang)
         self.view.info(session.describe(prepared))
-        with self.view.generating(item.name, session.tokenizer, session.method) as panel:
-            return session.run(prepared, _chain(panel, self.on_event))
+
+        def attempt(p: PreparedEdit, n: int) -> EditResult:
+            title = item.name if n == 1 else f"{item.name} (attempt {n})"
+            with self.view.generating(title, session.tokenizer, session.method) as panel:
+                return session.run(p, _chain(panel, self.on_event))
+
+        def retrying(result: EditResult) -> None:
+            self.view.info(
+                f"{item.name}: attempt {result.attempts} {result.status}: {result.feedback} "
+                "Asking again."
+            )
+
+        return with_repairs(session, prepared, attempt, retrying)
 
     def finish(self, outcome: Outcome) -> None:
         """Report one file: stdout data, result line, stats row."""

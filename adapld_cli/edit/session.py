@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from adapld_cli.edit.errors import EXIT_OK, EXIT_REFUSED, InputError
 from adapld_cli.edit.formats import check_format, format_for
@@ -31,9 +31,11 @@ from adapld_cli.edit.prompt import (
     Conversation,
     Prompt,
     PromptTemplate,
-    build_prompt,
+    conversation,
+    conversation_prompt,
     extract_file,
     load_template,
+    repair_conversation,
 )
 from adapld_cli.edit.source import SourceFile, encode_like
 from adapld_cli.edit.syntax import (
@@ -48,6 +50,11 @@ from adapld_cli.engine.types import GenerationConfig, Stats, StepEvent
 
 _STOP_TOKENS = ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|end|>", "</s>")
 _OUTPUT_SLACK = 16  # tokens beyond the file's own length that the model needs (fence, eos)
+DEFAULT_ATTEMPTS = 2
+UNCHANGED_FEEDBACK = (
+    "You returned the file unchanged. If the instruction asks for a change to this file, make "
+    "it now; if the file already does what it asks, return it unchanged again."
+)
 
 
 @dataclass(frozen=True)
@@ -62,6 +69,7 @@ class EditOptions:
     seed: int | None = None
     force: bool = False
     settings: Any = None  # AdaPLDSettings for method "adapld"; None = engine defaults
+    attempts: int = DEFAULT_ATTEMPTS  # generations per file: the first + repairs on refusal
 
 
 @dataclass
@@ -75,7 +83,8 @@ class PreparedEdit:
     config: GenerationConfig
     source_tokens: int
     context_limit: int | None
-    conversation: Conversation | None = None  # the messages, for generation by a server
+    conversation: Conversation | None = None  # the messages the prompt renders
+    base: Conversation | None = None  # a repair's first-attempt conversation (else None)
 
 
 @dataclass
@@ -94,6 +103,8 @@ class EditResult:
     lost: str | None = None  # what the result loses, kept despite it (force)
     changes: DefinitionChanges | None = None
     tokens: list[int] = field(default_factory=list)
+    feedback: str | None = None  # what to tell the model when asking again (None: do not)
+    attempts: int = 1  # generations this result took (the first + repairs)
 
     @property
     def exit_code(self) -> int:
@@ -186,15 +197,34 @@ class EditSession:
     ) -> PreparedEdit:
         """Build the prompt and check it fits; raises :class:`InputError`."""
         lang = checked_language(source, instruction, lang)
-        tok = self.loaded.tokenizer
-        prompt = build_prompt(
-            self.template,
-            tok,
-            code=source.text,
-            instruction=instruction,
-            filename=source.name,
+        conv = conversation(
+            self.template, code=source.text, instruction=instruction, filename=source.name,
             lang=lang,
-        )
+        )  # fmt: skip
+        prepared = self._fit(source, instruction, lang, conv)
+        if isinstance(prepared, str):
+            raise InputError(prepared)
+        return prepared
+
+    def repair(self, prepared: PreparedEdit, result: EditResult) -> PreparedEdit | None:
+        """The next attempt after ``result`` (see :func:`repair_conversation`), or None when
+        the result asks for none (no :attr:`EditResult.feedback`) or the longer prompt does
+        not fit the context."""
+        conv = retry_conversation(prepared, result)
+        if conv is None:
+            return None
+        retry = self._fit(prepared.source, prepared.instruction, prepared.lang, conv)
+        if isinstance(retry, str):
+            return None
+        retry.base = prepared.base or prepared.conversation
+        return retry
+
+    def _fit(
+        self, source: SourceFile, instruction: str, lang: str | None, conv: Conversation
+    ) -> PreparedEdit | str:
+        """Tokenize ``conv`` and size the budget; the reason (a string) when it cannot fit."""
+        tok = self.loaded.tokenizer
+        prompt = conversation_prompt(conv, tok)
         n_src = len(tok(source.text, add_special_tokens=False)["input_ids"])
         needed = n_src + _OUTPUT_SLACK
         budget = self.options.max_new_tokens
@@ -203,7 +233,7 @@ class EditSession:
         if self._limit is not None:
             room = self._limit - len(prompt.ids)
             if room < needed:
-                raise InputError(
+                return (
                     f"{source.name}: too long for the model's context ({len(prompt.ids)} prompt "
                     f"tokens + ~{needed} output tokens > {self._limit})"
                 )
@@ -224,6 +254,7 @@ class EditSession:
             config=config,
             source_tokens=n_src,
             context_limit=self._limit,
+            conversation=conv,
         )
 
     # -- generation --------------------------------------------------------------------
@@ -275,8 +306,9 @@ class EditSession:
         lang: str | None = None,
         on_event: Callable[[StepEvent], None] | None = None,
     ) -> EditResult:
-        """:meth:`prepare` then :meth:`run`."""
-        return self.run(self.prepare(source, instruction, lang), on_event)
+        """:meth:`prepare`, then :meth:`run` with repairs (:func:`with_repairs`)."""
+        prepared = self.prepare(source, instruction, lang)
+        return with_repairs(self, prepared, lambda p, _n: self.run(p, on_event))
 
 
 def checked_language(source: SourceFile, instruction: str, lang: str | None) -> str | None:
@@ -321,6 +353,7 @@ def judge_text(
         )
     if new_text == source.text:
         result.status = "unchanged"
+        result.feedback = UNCHANGED_FEEDBACK
         return result
     result.changes = changed_definitions(source.text, new_text, prepared.lang)
     _check_parse(result, force)
@@ -340,6 +373,7 @@ def _check_parse(result: EditResult, force: bool) -> None:
             result,
             f"the edited file does not parse ({issue}); nothing written (--force writes it anyway)",
         )
+        result.feedback = f"The file you returned does not parse ({issue})."
 
 
 def _check_scope(result: EditResult, instruction: str, force: bool) -> None:
@@ -355,6 +389,7 @@ def _check_scope(result: EditResult, instruction: str, force: bool) -> None:
     result.lost = verdict.message
     if not force:
         _refuse(result, verdict.refusal or "")
+        result.feedback = f"The file you returned {verdict.message}."
 
 
 def parse_issue(before: str, after: str, lang: str | None, name: str) -> SyntaxIssue | None:
@@ -365,6 +400,73 @@ def parse_issue(before: str, after: str, lang: str | None, name: str) -> SyntaxI
         if issue is not None:
             return issue
     return check_format(before, after, name)
+
+
+def retry_conversation(prepared: PreparedEdit, result: EditResult) -> Conversation | None:
+    """The conversation of the attempt after ``result``: the first attempt's, the rejected
+    file and the feedback; None when the result asks for no other attempt. Shared by local
+    and server sessions."""
+    base = prepared.base or prepared.conversation
+    if result.feedback is None or base is None:
+        return None
+    return repair_conversation(base, result.new_text, result.feedback, prepared.instruction)
+
+
+class Repairable(Protocol):
+    """A session that can ask again (:class:`EditSession`, the server session)."""
+
+    options: EditOptions
+
+    def repair(self, prepared: PreparedEdit, result: EditResult) -> PreparedEdit | None: ...
+
+
+def with_repairs(
+    session: Repairable,
+    prepared: PreparedEdit,
+    generate: Callable[[PreparedEdit, int], EditResult],
+    on_retry: Callable[[EditResult], None] | None = None,
+) -> EditResult:
+    """Generate (``generate(prepared, attempt_number)``) and judge; while the result has
+    feedback for the model (refused by a check, or unchanged) and fewer than
+    ``session.options.attempts`` generations ran, ask again with :meth:`Repairable.repair`
+    (``on_retry`` sees each rejected result first). Returns the last result, counting every
+    attempt (:func:`after_attempts`); only it may be written."""
+    result = generate(prepared, 1)
+    while result.attempts < session.options.attempts:
+        retry = session.repair(prepared, result)
+        if retry is None:
+            break
+        if on_retry is not None:
+            on_retry(result)
+        prepared = retry
+        result = after_attempts(result, generate(prepared, result.attempts + 1))
+    return result
+
+
+def after_attempts(earlier: EditResult, latest: EditResult) -> EditResult:
+    """``latest``, counting ``earlier``'s attempts and generation work in its own."""
+    latest.attempts = earlier.attempts + 1
+    latest.stats = combined_stats(earlier.stats, latest.stats)
+    return latest
+
+
+def combined_stats(a: Stats, b: Stats) -> Stats:
+    """Two generations' statistics as one: counts and times added, the latest step cost."""
+    from dataclasses import fields
+
+    out = Stats(method=b.method)
+    for f in fields(Stats):
+        x, y = getattr(a, f.name), getattr(b, f.name)
+        if f.name == "accept_hist":
+            merged = dict(x)
+            for k, v in y.items():
+                merged[k] = merged.get(k, 0) + v
+            out.accept_hist = merged
+        elif f.name == "ar_step_s":
+            out.ar_step_s = y or x
+        elif isinstance(x, (int, float)) and not isinstance(x, bool):
+            setattr(out, f.name, x + y)
+    return out
 
 
 def _refuse(result: EditResult, message: str) -> EditResult:

@@ -46,9 +46,13 @@ def file_line(
     detail: str = "",
     stats: Stats | None = None,
     baseline_tok_s: float | None = None,
+    attempts: int = 1,
 ) -> str:
-    """``name: status — detail · stats``."""
+    """``name: status — detail · stats``; ``status after N attempts`` when the result took
+    more than one generation (``--attempts``)."""
     line = f"{name}: {status!s}"
+    if attempts > 1:
+        line += f" after {attempts} attempts"
     if detail:
         line += f" — {detail}"
     extra = stats_text(stats, baseline_tok_s) if stats is not None else ""

@@ -60,6 +60,7 @@ class ConsoleView:
             detail=outcome.detail,
             stats=None if outcome.status in _NO_STATS else outcome.stats,
             baseline_tok_s=baseline_tok_s,
+            attempts=outcome.attempts,
         )
         emit(self.console, line, outcome.status)
 

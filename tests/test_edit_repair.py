@@ -1,0 +1,121 @@
+"""Repair on refusal (``--attempts``): a result refused by a check, or returned unchanged, is
+asked for again with the reason, through the real model layer and engine on the scripted tiny
+models (whose answer does not depend on the conversation, so a repair repeats it: what these
+tests check is the loop, the conversation and the accounting; the real model's repairs are in
+the real-model tests)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from adapld_cli.edit import EditOptions, EditSession, decode_source
+from adapld_cli.edit.prompt import REPAIR_REQUEST
+from adapld_cli.edit.session import UNCHANGED_FEEDBACK
+
+
+@pytest.fixture(scope="module")
+def loaded(tiny_models):
+    from adapld_cli.model import load
+
+    cache: dict = {}
+
+    def get(name: str):
+        if name not in cache:
+            cache[name] = load(str(tiny_models[name]), device="cpu", dtype="float32")
+        return cache[name]
+
+    return get
+
+
+@pytest.fixture
+def src(texts):
+    return decode_source(texts.source.encode(), "calc.py")
+
+
+def test_refused_result_is_asked_again_with_the_reason(loaded, src, texts):
+    session = EditSession(loaded("broken"), EditOptions(attempts=3))
+    first = session.prepare(src, "rename foo to bar")
+    result = session.run(first)
+    assert result.status == "refused" and result.feedback.startswith("The file you returned")
+    assert "does not parse (line 1" in result.feedback
+    retry = session.repair(first, result)
+    # The first conversation, the rejected file in the answer's fence, then the request.
+    msgs = retry.conversation.messages
+    assert msgs[: len(first.conversation.messages)] == first.conversation.messages
+    assert msgs[-2] == {"role": "assistant", "content": f"```python\n{texts.broken}```"}
+    assert msgs[-1]["role"] == "user"
+    assert msgs[-1]["content"] == REPAIR_REQUEST.format(
+        feedback=result.feedback, instruction="rename foo to bar"
+    )
+    assert retry.conversation.opening == first.conversation.opening
+    assert retry.prompt.ids[-1] == first.prompt.ids[-1]  # the answer opens the same way
+    assert len(retry.prompt.ids) > len(first.prompt.ids)
+    # A third attempt starts again from the first conversation plus the latest answer only.
+    third = session.repair(retry, session.run(retry))
+    assert third.conversation.messages == retry.conversation.messages
+
+    # Through edit(): three generations, still refused, their work added up.
+    again = session.edit(src, "rename foo to bar")
+    assert again.status == "refused" and again.attempts == 3
+    assert again.stats.new_tokens == 3 * result.stats.new_tokens
+    # later attempts copy the rejected answer, now in their prompt: fewer passes
+    assert again.stats.forward_passes < 3 * result.stats.forward_passes
+    assert again.stats.prompt_tokens > 3 * result.stats.prompt_tokens
+
+
+@pytest.mark.parametrize("attempts", [1, 2])
+def test_attempts_bound_the_generations(loaded, src, attempts):
+    result = EditSession(loaded("broken"), EditOptions(attempts=attempts)).edit(src, "rename")
+    assert result.status == "refused" and result.attempts == attempts
+
+
+def test_accepted_and_unrepairable_results_are_not_asked_again(loaded, src, texts):
+    ok = EditSession(loaded("rename"), EditOptions(attempts=3)).edit(src, "rename foo to bar")
+    assert ok.status == "changed" and ok.attempts == 1 and ok.feedback is None
+    # Cut off by the token limit: asking again would hit it again.
+    cut = EditSession(loaded("loop"), EditOptions(max_new_tokens=9, attempts=3)).edit(src, "x")
+    assert cut.status == "refused" and cut.attempts == 1 and cut.feedback is None
+    # Forced: kept, so nothing to repair.
+    forced = EditSession(loaded("broken"), EditOptions(force=True, attempts=3)).edit(src, "x")
+    assert forced.status == "changed" and forced.attempts == 1
+
+
+def test_unchanged_is_asked_again_and_may_stay_unchanged(loaded, src, texts):
+    session = EditSession(loaded("same"), EditOptions(attempts=2))
+    first = session.prepare(src, "add type hints")
+    result = session.run(first)
+    assert result.status == "unchanged" and result.feedback == UNCHANGED_FEEDBACK
+    final = session.edit(src, "add type hints")
+    assert final.status == "unchanged" and final.attempts == 2
+    assert final.new_text == texts.source
+
+
+def test_repair_that_does_not_fit_the_context_is_skipped(loaded, src):
+    session = EditSession(loaded("broken"), EditOptions(attempts=2))
+    first = session.prepare(src, "rename")
+    session._limit = len(first.prompt.ids) + first.source_tokens + 20  # room for one attempt
+    result = session.edit(src, "rename")
+    assert result.status == "refused" and result.attempts == 1
+
+
+def test_cli_reports_attempts(tiny_models, source_file, tmp_path, texts):
+    from typer.testing import CliRunner
+
+    from adapld_cli.cli.app import app
+
+    def cli(*args):
+        argv = ["edit", *map(str, args), "--model", str(tiny_models["broken"]), "--no-live"]
+        return CliRunner().invoke(app, argv, catch_exceptions=False)
+
+    stats = tmp_path / "stats.jsonl"
+    r = cli(source_file, "-i", "rename", "--stats-json", stats, "-v")
+    assert r.exit_code == 1 and source_file.read_text() == texts.source
+    assert "calc.py: refused after 2 attempts — the edited file does not parse" in r.stderr
+    assert "attempt 1 refused: The file you returned does not parse" in r.stderr
+    assert json.loads(stats.read_text())["attempts"] == 2
+    r = cli(source_file, "-i", "rename", "--attempts", "1")
+    assert r.exit_code == 1 and "calc.py: refused — the edited" in r.stderr
+    r = cli(source_file, "-i", "rename", "--attempts", "0")
+    assert r.exit_code == 2

@@ -50,9 +50,10 @@ class Known:
 
 KNOWN_FAILURES = {
     "1_rename_function_bisect": Known(
-        "coder-1.5b drops bisect_left; the scope guard refuses the edit",
+        "coder-1.5b drops bisect_left, also when asked again; the scope guard refuses the edit",
         exit_code=1,
-        stderr="refused — would delete bisect_left, which the instruction does not name",
+        stderr="refused after 2 attempts — would delete bisect_left, which the instruction does "
+        "not name",
     ),
     "5_add_parameter_humanize": Known(
         "coder-1.5b adds precision to the signatures but never uses it ('1.5 kB')",

@@ -178,7 +178,8 @@ def test_stats_row_has_one_serialisation(source_file, texts):
     outcome = apply_result(result_for(source_file, texts.renamed), WriteBack(Mode.DIFF))
     row = outcome.stats_row()
     assert row == {"path": str(source_file), "status": "changed",
-                   **outcome.stats.as_dict(), "stop_reason": "stop_string"}  # fmt: skip
+                   **outcome.stats.as_dict(), "stop_reason": "stop_string",
+                   "attempts": 1}  # fmt: skip
     err = Outcome("x.py", Status.ERROR, 2, "no such file").stats_row()
     assert err == {"path": "x.py", "status": "error", "message": "no such file"}
 

@@ -254,3 +254,31 @@ def test_native_attention_runs_and_matches_the_torch_path(dtype, monkeypatch):
     tol = 1e-5 if dtype == torch.float32 else 0.1
     assert (native - torch_ops).abs().max() <= tol * torch_ops.abs().max()
     assert tree_vs_sequential(model, prefix, tokens, parents) == (len(parents), 0.0)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize(("d", "heads"), [(128, 12), (64, 14)])
+def test_native_attention_register_form_is_the_generic_one(dtype, d, heads):
+    """For head sizes 64 and 128 the native attention keeps keys and sums in registers: it
+    must give the generic loop's results bit for bit, and each query alone what it gets in a
+    draft-tree pass (the property exactness needs), on a tree with branches."""
+    from adapld_cli.model import quant
+
+    if quant.unavailable():
+        pytest.skip(quant.unavailable())
+    ext = quant.extension()
+    gen = torch.Generator().manual_seed(d)
+    parents = dfs_tree(33, seed=d, chain=20)
+    n, cached, kv = len(parents), 300, 2
+    s = cached + n
+    q = torch.randn(n, heads, d, generator=gen) * 0.2
+    k = torch.randn(kv, s, d, generator=gen).to(dtype)
+    v = torch.randn(kv, s, d, generator=gen).to(dtype)
+    plan = kernels.native_plan(tree_mask(parents, cached, torch.float32, "cpu"), n, s)
+    fast = ext.attention(q, k, v, *plan)
+    assert torch.equal(fast, ext.attention(q, k, v, *plan, generic=True))
+    prefix, ptr, extra = plan
+    for i in range(n):
+        mine = torch.tensor([0, ptr[i + 1] - ptr[i]])
+        one = ext.attention(q[i : i + 1], k, v, prefix[i : i + 1], mine, extra[ptr[i] : ptr[i + 1]])
+        assert torch.equal(one[0], fast[i]), i

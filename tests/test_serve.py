@@ -336,7 +336,7 @@ def test_edit_through_the_server_checks_writes_and_undoes(rename, tiny_models, h
     finally:
         broken.stop()
     assert result.exit_code == 1
-    assert "refused — the edited file does not parse" in result.stderr
+    assert "refused after 2 attempts — the edited file does not parse" in result.stderr
     assert path.read_text() == SOURCE
 
     result = runner.invoke(app, ["edit", "calc.py", "-i", "x", "--server",

@@ -499,13 +499,11 @@ def compare_items(
     status: dict[str, str] = {}  # name -> "allowed" | "renamed" | "lost"
     new_names: dict[str, str] = {}  # renamed old name -> new name
     renamed: list[tuple[str, str]] = []
-    for item in sorted(missing, key=lambda i: (i.name.count("."), i.line)):  # parents first
+    order = sorted(missing, key=lambda i: (i.name.count("."), i.line))  # parents first
+    for item in order:
         parent = _missing_ancestor(item.name, status)
-        if parent is not None and status[parent] == "lost":
-            status[item.name] = "lost"  # stands under its lost parent
-            continue
-        if parent is not None and status[parent] == "allowed":
-            status[item.name] = "allowed"
+        if parent is not None and status[parent] in ("lost", "allowed", "absorbed?"):
+            status[item.name] = status[parent]  # goes with its parent
             continue
         if parent is not None and new_names[parent] + item.name[len(parent) :] in present:
             status[item.name] = "renamed"  # moved along with its renamed parent
@@ -524,10 +522,21 @@ def compare_items(
             renamed.append((item.name, partner.name))
             new_names[item.name] = partner.name
             status[item.name] = "renamed"
-        elif allowed or (result is not None and result.absorbed(item)):
+        elif allowed:
             status[item.name] = "allowed"
+        elif result is not None and result.absorbed(item, exclude=set()):
+            status[item.name] = "absorbed?"  # decided once every rename has its partner
         else:
             status[item.name] = "lost"
+    for item in order:  # absorbed only by definitions that are not another one renamed
+        if status[item.name] == "absorbed?":
+            parent = _missing_ancestor(item.name, status)
+            if parent is not None and status[parent] != "absorbed?":
+                status[item.name] = status[parent]
+            elif result is not None and result.absorbed(item, exclude=partners.used):
+                status[item.name] = "allowed"
+            else:
+                status[item.name] = "lost"
     ordered = _display_order(missing)
     lost = [i.name for i in ordered if status[i.name] == "lost"]
     shown = [n for n in lost if _missing_ancestor(n, status) is None]
@@ -785,11 +794,15 @@ class _Result:
         leaf = item.name.rpartition(".")[2]
         return self.words[leaf] > self.leaves[leaf]
 
-    def absorbed(self, item: Item) -> bool:
+    def absorbed(self, item: Item, exclude: set[int]) -> bool:
         """A definition whose body moved into the definitions the result adds (a function
         turned into classes): the result no longer mentions it and they hold most of its
-        words (:func:`absorbs`)."""
-        return item.kind in _DEF_KINDS and not self.uses(item) and absorbs(self.added, item)
+        words (:func:`absorbs`). Added definitions whose ``id`` is in ``exclude`` (another
+        missing definition renamed: ``bisect_right`` as ``bisect_upper``) do not count: a
+        sibling dropped beside a rename is lost, however alike their bodies."""
+        if item.kind not in _DEF_KINDS or self.uses(item):
+            return False
+        return absorbs([a for a in self.added if id(a) not in exclude], item)
 
 
 def absorbs(new: list[Item], old: Item) -> bool:

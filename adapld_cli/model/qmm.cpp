@@ -229,6 +229,26 @@ inline __m512 load16<at::BFloat16>(const at::BFloat16* p, __mmask16 m) {
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
 
+// Softmax of one head's L scores in place, over 16-key chunks in a fixed order.
+inline void softmax_row(float* sg, int64_t L) {
+  __m512 mx = _mm512_set1_ps(-INFINITY);
+  for (int64_t j = 0; j < L; j += 16)
+    mx = _mm512_max_ps(mx, _mm512_mask_loadu_ps(_mm512_set1_ps(-INFINITY), tail_mask(L - j), sg + j));
+  const __m512 top = _mm512_set1_ps(_mm512_reduce_max_ps(mx));
+  __m512 sum = _mm512_setzero_ps();
+  for (int64_t j = 0; j < L; j += 16) {
+    const __mmask16 m = tail_mask(L - j);
+    const __m512 e = exp512(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, sg + j), top));
+    sum = _mm512_add_ps(sum, _mm512_maskz_mov_ps(m, e));
+    _mm512_mask_storeu_ps(sg + j, m, e);
+  }
+  const __m512 total = _mm512_set1_ps(_mm512_reduce_add_ps(sum));
+  for (int64_t j = 0; j < L; j += 16) {
+    const __mmask16 m = tail_mask(L - j);
+    _mm512_mask_storeu_ps(sg + j, m, _mm512_div_ps(_mm512_maskz_loadu_ps(m, sg + j), total));
+  }
+}
+
 template <typename T>
 void attend(const float* Q, const T* K, const T* V, const int64_t* P, const int64_t* ptr,
             const int64_t* extra, float* O, int64_t n, int64_t H, int64_t KV, int64_t S,
@@ -255,26 +275,7 @@ void attend(const float* Q, const T* K, const T* V, const int64_t* P, const int6
           score[g * L + j] = _mm512_reduce_add_ps(a);
         }
       }
-      for (int64_t g = 0; g < G; ++g) {  // softmax over 16-key chunks, fixed order
-        float* sg = score.data() + g * L;
-        __m512 mx = _mm512_set1_ps(-INFINITY);
-        for (int64_t j = 0; j < L; j += 16)
-          mx = _mm512_max_ps(mx, _mm512_mask_loadu_ps(_mm512_set1_ps(-INFINITY),
-                                                      tail_mask(L - j), sg + j));
-        const __m512 top = _mm512_set1_ps(_mm512_reduce_max_ps(mx));
-        __m512 sum = _mm512_setzero_ps();
-        for (int64_t j = 0; j < L; j += 16) {
-          const __mmask16 m = tail_mask(L - j);
-          const __m512 e = exp512(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, sg + j), top));
-          sum = _mm512_add_ps(sum, _mm512_maskz_mov_ps(m, e));
-          _mm512_mask_storeu_ps(sg + j, m, e);
-        }
-        const __m512 total = _mm512_set1_ps(_mm512_reduce_add_ps(sum));
-        for (int64_t j = 0; j < L; j += 16) {
-          const __mmask16 m = tail_mask(L - j);
-          _mm512_mask_storeu_ps(sg + j, m, _mm512_div_ps(_mm512_maskz_loadu_ps(m, sg + j), total));
-        }
-      }
+      for (int64_t g = 0; g < G; ++g) softmax_row(score.data() + g * L, L);
       for (auto& a : acc) a = _mm512_setzero_ps();
       for (int64_t j = 0; j < L; ++j) {  // weighted sum of values, key by key
         const T* vj = Vh + key(j) * d;
@@ -292,12 +293,88 @@ void attend(const float* Q, const T* K, const T* V, const int64_t* P, const int6
   });
 }
 
+// attend() with the head size's 16-lane chunks known at compile time (C = ceil(d / 16); FULL:
+// d = 16 C): keys, values and accumulators stay in registers and values are accumulated for
+// two heads at a time. Every score, softmax and sum runs the very operations of attend() in
+// the same order, so the results are attend()'s bit for bit.
+template <typename T, int C, bool FULL>
+void attend_fixed(const float* Q, const T* K, const T* V, const int64_t* P, const int64_t* ptr,
+                  const int64_t* extra, float* O, int64_t n, int64_t H, int64_t KV, int64_t S,
+                  int64_t d) {
+  const int64_t G = H / KV;
+  __mmask16 mk[C];
+  for (int c = 0; c < C; ++c) mk[c] = FULL ? (__mmask16)0xFFFF : tail_mask(d - c * 16);
+  auto load_q = [&](const float* p, int c) {
+    return FULL ? _mm512_loadu_ps(p) : _mm512_maskz_loadu_ps(mk[c], p);
+  };
+  at::parallel_for(0, n * KV, 1, [&](int64_t w0, int64_t w1) {
+    std::vector<float> score;
+    for (int64_t w = w0; w < w1; ++w) {
+      const int64_t i = w / KV, kv = w % KV, e0 = ptr[i], L = P[i] + ptr[i + 1] - e0;
+      const T* Kh = K + kv * S * d;
+      const T* Vh = V + kv * S * d;
+      const float* Qi = Q + (i * H + kv * G) * d;
+      auto key = [&](int64_t j) { return j < P[i] ? j : extra[e0 + j - P[i]]; };
+      score.assign(G * L, 0.f);
+      for (int64_t j = 0; j < L; ++j) {
+        const T* kj = Kh + key(j) * d;
+        __m512 k16[C];
+#pragma GCC unroll 16
+        for (int c = 0; c < C; ++c) k16[c] = load16<T>(kj + c * 16, mk[c]);
+        for (int64_t g = 0; g < G; ++g) {
+          __m512 a = _mm512_setzero_ps();
+#pragma GCC unroll 16
+          for (int c = 0; c < C; ++c) a = _mm512_fmadd_ps(load_q(Qi + g * d + c * 16, c), k16[c], a);
+          score[g * L + j] = _mm512_reduce_add_ps(a);
+        }
+      }
+      for (int64_t g = 0; g < G; ++g) softmax_row(score.data() + g * L, L);
+      for (int64_t g0 = 0; g0 < G; g0 += 2) {  // weighted sum of values, key by key
+        const bool two = g0 + 1 < G;
+        const float* s0 = score.data() + g0 * L;
+        const float* s1 = two ? s0 + L : s0;
+        __m512 a0[C], a1[C];
+        for (int c = 0; c < C; ++c) a0[c] = a1[c] = _mm512_setzero_ps();
+        for (int64_t j = 0; j < L; ++j) {
+          const T* vj = Vh + key(j) * d;
+          const __m512 p0 = _mm512_set1_ps(s0[j]), p1 = _mm512_set1_ps(s1[j]);
+#pragma GCC unroll 16
+          for (int c = 0; c < C; ++c) {
+            const __m512 vc = load16<T>(vj + c * 16, mk[c]);
+            a0[c] = _mm512_fmadd_ps(p0, vc, a0[c]);
+            a1[c] = _mm512_fmadd_ps(p1, vc, a1[c]);
+          }
+        }
+        float* Oi = O + (i * H + kv * G + g0) * d;
+        for (int c = 0; c < C; ++c) {
+          _mm512_mask_storeu_ps(Oi + c * 16, mk[c], a0[c]);
+          if (two) _mm512_mask_storeu_ps(Oi + d + c * 16, mk[c], a1[c]);
+        }
+      }
+    }
+  });
+}
+
+// attend() for any head size: the register form where it is compiled (d = 64, 128).
+template <typename T>
+void attend_any(const float* Q, const T* K, const T* V, const int64_t* P, const int64_t* ptr,
+                const int64_t* extra, float* O, int64_t n, int64_t H, int64_t KV, int64_t S,
+                int64_t d) {
+  if (d == 128)
+    attend_fixed<T, 8, true>(Q, K, V, P, ptr, extra, O, n, H, KV, S, d);
+  else if (d == 64)
+    attend_fixed<T, 4, true>(Q, K, V, P, ptr, extra, O, n, H, KV, S, d);
+  else
+    attend<T>(Q, K, V, P, ptr, extra, O, n, H, KV, S, d);
+}
+
 }  // namespace
 
 // q float [n][H][d] (scaled); k, v [KV][S][d] float or bfloat16; prefix int64 [n];
-// ptr int64 [n + 1]; extra int64 [ptr[n]] -> float [n][H][d]
+// ptr int64 [n + 1]; extra int64 [ptr[n]] -> float [n][H][d]. generic: attend() for every
+// head size (tests compare it with the register form, which must equal it bit for bit).
 torch::Tensor attention(torch::Tensor q, torch::Tensor k, torch::Tensor v, torch::Tensor prefix,
-                        torch::Tensor ptr, torch::Tensor extra) {
+                        torch::Tensor ptr, torch::Tensor extra, bool generic = false) {
   TORCH_CHECK(q.scalar_type() == torch::kFloat && q.is_contiguous() && k.is_contiguous() &&
               v.is_contiguous() && k.scalar_type() == v.scalar_type());
   const int64_t n = q.size(0), H = q.size(1), d = q.size(2), KV = k.size(0), S = k.size(1);
@@ -306,14 +383,15 @@ torch::Tensor attention(torch::Tensor q, torch::Tensor k, torch::Tensor v, torch
   const int64_t* P = prefix.data_ptr<int64_t>();
   const int64_t* R = ptr.data_ptr<int64_t>();
   const int64_t* E = extra.data_ptr<int64_t>();
-  if (k.scalar_type() == torch::kBFloat16)
-    attend<at::BFloat16>(q.data_ptr<float>(), k.data_ptr<at::BFloat16>(),
-                         v.data_ptr<at::BFloat16>(), P, R, E, out.data_ptr<float>(), n, H, KV, S,
-                         d);
-  else {
+  if (k.scalar_type() == torch::kBFloat16) {
+    auto run = generic ? attend<at::BFloat16> : attend_any<at::BFloat16>;
+    run(q.data_ptr<float>(), k.data_ptr<at::BFloat16>(), v.data_ptr<at::BFloat16>(), P, R, E,
+        out.data_ptr<float>(), n, H, KV, S, d);
+  } else {
     TORCH_CHECK(k.scalar_type() == torch::kFloat);
-    attend<float>(q.data_ptr<float>(), k.data_ptr<float>(), v.data_ptr<float>(), P, R, E,
-                  out.data_ptr<float>(), n, H, KV, S, d);
+    auto run = generic ? attend<float> : attend_any<float>;
+    run(q.data_ptr<float>(), k.data_ptr<float>(), v.data_ptr<float>(), P, R, E,
+        out.data_ptr<float>(), n, H, KV, S, d);
   }
   return out;
 }
@@ -529,5 +607,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("mm_q6", &mm_q6, "bf16 x [M, K] @ Q6_K-style weights -> [M, N]");
   m.def("pairs_i8", &pairs_i8, "the B-term multipliers of mm_i8, two groups side by side");
   m.def("mm_i8", &mm_i8, "bf16 x [M, K] as int8 @ Q4_K/Q6_K-style weights -> [M, N]");
-  m.def("attention", &attention, "exact per-query attention over prefix + extra keys");
+  m.def("attention", &attention, "exact per-query attention over prefix + extra keys",
+        py::arg("q"), py::arg("k"), py::arg("v"), py::arg("prefix"), py::arg("ptr"),
+        py::arg("extra"), py::arg("generic") = false);
 }

@@ -143,6 +143,21 @@ def tiny_models(tmp_path_factory, tiny_tokenizer) -> dict[str, Path]:
 
 
 @pytest.fixture(scope="session")
+def loaded(tiny_models):
+    """``loaded(name)``: the scripted tiny model ``name`` loaded once (float32, CPU)."""
+    from adapld_cli.model import load
+
+    cache: dict = {}
+
+    def get(name: str):
+        if name not in cache:
+            cache[name] = load(str(tiny_models[name]), device="cpu", dtype="float32")
+        return cache[name]
+
+    return get
+
+
+@pytest.fixture(scope="session")
 def texts() -> SimpleNamespace:
     """The scripted texts: ``source`` (input), ``renamed`` and ``broken`` (model answers)."""
     return SimpleNamespace(source=SOURCE, renamed=RENAMED, broken=BROKEN)

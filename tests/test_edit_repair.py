@@ -15,20 +15,6 @@ from adapld_cli.edit.prompt import REPAIR_REQUEST
 from adapld_cli.edit.session import UNCHANGED_FEEDBACK
 
 
-@pytest.fixture(scope="module")
-def loaded(tiny_models):
-    from adapld_cli.model import load
-
-    cache: dict = {}
-
-    def get(name: str):
-        if name not in cache:
-            cache[name] = load(str(tiny_models[name]), device="cpu", dtype="float32")
-        return cache[name]
-
-    return get
-
-
 @pytest.fixture
 def src(texts):
     return decode_source(texts.source.encode(), "calc.py")

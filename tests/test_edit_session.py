@@ -8,20 +8,6 @@ from adapld_cli.edit import EditOptions, EditSession, InputError, decode_source
 from adapld_cli.engine.types import StepEvent
 
 
-@pytest.fixture(scope="module")
-def loaded(tiny_models):
-    from adapld_cli.model import load
-
-    cache: dict = {}
-
-    def get(name: str):
-        if name not in cache:
-            cache[name] = load(str(tiny_models[name]), device="cpu", dtype="float32")
-        return cache[name]
-
-    return get
-
-
 @pytest.fixture
 def src(texts):
     def make(text: str | None = None, name: str = "calc.py"):

@@ -101,6 +101,11 @@ def test_default_model_exact_on_a_long_real_prompt(monkeypatch):
     loaded = load(device="cpu")
     model = loaded.model
     require_exact_kernels(model)
+    from adapld_cli.model import quant
+
+    if quant.unavailable() is None:  # the default path here: 4-bit weights, its activations
+        assert loaded.weights == "quantized"
+        assert loaded.activations == ("int8" if "avx512_vnni" in quant._cpu_flags() else "bfloat16")
     prompt = build_prompt(
         load_template(),
         loaded.tokenizer,

@@ -1,4 +1,10 @@
-"""The scope guard on CanItEdit (105 real Python edits), both ways, fast (no model).
+"""The scope guard on real edit tasks, both ways, fast (no model).
+
+The tasks: the repository's own (``adapld_cli/bench/tasks.jsonl`` and the six edit cases of
+``edit_cases.jsonl``: real files, reference edits), or any task file in CanItEdit's format
+named by ``$ADAPLD_GUARD_TASKS`` (the README's figures on CanItEdit's 105 tasks::
+
+    ADAPLD_GUARD_TASKS=PATH/canitedit.jsonl pytest tests/test_guard_canitedit.py
 
 1. **Reference edits are accepted**: ``before`` -> ``after`` with either instruction (descriptive
    or lazy): at most :data:`MAX_REFUSED_REFERENCES` task refused (a task counts once, refused
@@ -21,38 +27,34 @@
    others (the fragment that is the whole file, dropping what the instruction names or what
    the edit added, a cut that only shortens code the edit added) are acceptable edits or none
    of the guard's business and are left out. At least :data:`MIN_REFUSED_SHARE` of the counted
-   variants of each kind must be refused. In December 2026: fragments 463 of 528 built count,
-   dropped 1002 of 1424, cut 151 of 208 (both instruction kinds); all are refused.
-
-The data is read from ``../shared/bench/canitedit.jsonl`` (relative to the project root); the
-tests skip when it is missing.
+   variants of each kind must be refused, and at least :data:`MIN_COUNTED` of them must count.
+   On CanItEdit in December 2026: fragments 463 of 528 built count, dropped 1002 of 1424, cut
+   151 of 208 (both instruction kinds); all are refused.
 """
 
 from __future__ import annotations
 
 import ast
+import os
 import re
 from collections import Counter
 from dataclasses import dataclass
 from functools import lru_cache
-from pathlib import Path
 
 import pytest
 
-from adapld_cli.bench.tasks import Task, load_tasks
+from adapld_cli.bench.tasks import Task, builtin_tasks_path, load_tasks
 from adapld_cli.edit.guard import ScopeVerdict, check_scope
+from tests.test_edit_cases import CASES_PATH
 
-CANITEDIT = Path(__file__).resolve().parents[1].parent / "shared" / "bench" / "canitedit.jsonl"
+ENV_TASKS = "ADAPLD_GUARD_TASKS"
 KINDS = ("descriptive", "lazy")
 MAX_REFUSED_REFERENCES = 1
 MIN_REFUSED_SHARE = 0.97
-MIN_COUNTED = 100  # counted variants of each kind, so that a filter bug cannot pass vacuously
+# counted variants of each kind, so that a filter bug cannot pass vacuously: per task file
+# (the repository's own twelve tasks, or a file named by $ADAPLD_GUARD_TASKS)
+MIN_COUNTED = {"own": 10, "env": 100}
 SHAPES = ("fragment", "dropped", "cut")
-
-pytestmark = pytest.mark.skipif(
-    not CANITEDIT.is_file(),
-    reason=f"CanItEdit data missing: {CANITEDIT} (../shared/bench/canitedit.jsonl)",
-)
 
 
 @dataclass(frozen=True)
@@ -78,9 +80,16 @@ class Definition:
     depth: int  # 0: top level; 1: a method or a nested function; ...
 
 
+def task_files() -> list[str]:
+    """The task files to judge: ``$ADAPLD_GUARD_TASKS``, else the repository's own."""
+    named = os.environ.get(ENV_TASKS, "").strip()
+    return [named] if named else [str(builtin_tasks_path()), str(CASES_PATH)]
+
+
 @pytest.fixture(scope="module")
 def tasks() -> dict[str, list[Task]]:
-    return {kind: load_tasks(CANITEDIT, instruction=kind) for kind in KINDS}
+    files = task_files()
+    return {kind: [t for f in files for t in load_tasks(f, instruction=kind)] for kind in KINDS}
 
 
 # -- the reference edits ---------------------------------------------------------------------
@@ -281,7 +290,8 @@ def test_destructive_variants_are_refused(judged, shape):
     accepted = [
         f"{v.task} ({v.kind}) {v.what}: loses {', '.join(h)}" for v, h, lost in mine if not lost
     ]
-    assert len(mine) >= MIN_COUNTED, f"{shape}: only {len(mine)} variants count"
+    least = MIN_COUNTED["env" if os.environ.get(ENV_TASKS, "").strip() else "own"]
+    assert len(mine) >= least, f"{shape}: only {len(mine)} variants count"
     share = 1 - len(accepted) / len(mine)
     assert share >= MIN_REFUSED_SHARE, (
         f"{shape}: {len(mine) - len(accepted)} of {len(mine)} refused ({share:.1%}); accepted:\n"

@@ -241,7 +241,7 @@ class RemoteSession:
         conv = retry_conversation(prepared, result)
         if conv is None:
             return None
-        return replace(prepared, conversation=conv, base=prepared.base or prepared.conversation)
+        return replace(prepared, conversation=conv, base=prepared.first)
 
     def payload(self, prepared: PreparedEdit) -> dict[str, Any]:
         cfg = prepared.config

@@ -86,6 +86,11 @@ class PreparedEdit:
     conversation: Conversation | None = None  # the messages the prompt renders
     base: Conversation | None = None  # a repair's first-attempt conversation (else None)
 
+    @property
+    def first(self) -> Conversation | None:
+        """The first attempt's conversation (repairs are built from it)."""
+        return self.base or self.conversation
+
 
 @dataclass
 class EditResult:
@@ -216,7 +221,7 @@ class EditSession:
         retry = self._fit(prepared.source, prepared.instruction, prepared.lang, conv)
         if isinstance(retry, str):
             return None
-        retry.base = prepared.base or prepared.conversation
+        retry.base = prepared.first
         return retry
 
     def _fit(
@@ -406,7 +411,7 @@ def retry_conversation(prepared: PreparedEdit, result: EditResult) -> Conversati
     """The conversation of the attempt after ``result``: the first attempt's, the rejected
     file and the feedback; None when the result asks for no other attempt. Shared by local
     and server sessions."""
-    base = prepared.base or prepared.conversation
+    base = prepared.first
     if result.feedback is None or base is None:
         return None
     return repair_conversation(base, result.new_text, result.feedback, prepared.instruction)

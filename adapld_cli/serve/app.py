@@ -133,20 +133,18 @@ class Service:
         job = self.generator.job(parsed, post)
         self.admit()
         self.generator.submit(job)
-        released = False
-
-        def release() -> None:
-            nonlocal released
-            if not released:
-                released = True
-                self.admitted -= 1
-
         if parsed.stream:
-            return _Events(self._stream(job, events, release), on_close=lambda: _end(job, release))
+            return _Events(self._stream(job, events), on_close=lambda: self.end(job))
         try:
             return await self._whole(request, job, events)
         finally:
-            release()
+            self.end(job)
+
+    def end(self, job: Job) -> None:
+        """A request is over, however it ended: cancel its job (a no-op once it is done) and
+        give its admission slot back. Called once per admitted request."""
+        job.cancel.set()
+        self.admitted -= 1
 
     async def _whole(self, request: Request, job: Job, events: asyncio.Queue) -> Response:
         """Wait for the whole answer; a client gone meanwhile cancels it."""
@@ -170,41 +168,30 @@ class Service:
             else:
                 raise ApiError(500, item[1], type="server_error")
 
-    async def _stream(self, job: Job, events: asyncio.Queue, release: Any) -> AsyncIterator[bytes]:
-        """Server-sent events; the generator is closed (and the job cancelled) when the
-        client disconnects."""
+    async def _stream(self, job: Job, events: asyncio.Queue) -> AsyncIterator[bytes]:
+        """Server-sent events (the response ends the job: :class:`_Events`)."""
         cid, model = new_id(), job.request.model
-        try:
-            yield sse(chunk(cid, model, {"role": "assistant", "content": ""}))
-            while True:
-                item = await events.get()
-                if item[0] == "delta":
-                    yield sse(chunk(cid, model, {"content": item[1]}, progress=item[2]))
-                    continue
-                if item[0] == "done":
-                    usage = item[2]
-                    yield sse(chunk(cid, model, {}, item[1], progress=usage["adapld"]))
-                    if job.request.include_usage:
-                        yield sse(chunk(cid, model, None, usage=usage))
-                else:
-                    yield sse(ApiError(500, item[1], type="server_error").body())
-                yield sse("[DONE]")
-                return
-        finally:
-            job.cancel.set()
-            release()
-
-
-def _end(job: Job, release: Any) -> None:
-    """Cancel ``job`` (a no-op once it is done) and give its admission slot back."""
-    job.cancel.set()
-    release()
+        yield sse(chunk(cid, model, {"role": "assistant", "content": ""}))
+        while True:
+            item = await events.get()
+            if item[0] == "delta":
+                yield sse(chunk(cid, model, {"content": item[1]}, progress=item[2]))
+                continue
+            if item[0] == "done":
+                usage = item[2]
+                yield sse(chunk(cid, model, {}, item[1], progress=usage["adapld"]))
+                if job.request.include_usage:
+                    yield sse(chunk(cid, model, None, usage=usage))
+            else:
+                yield sse(ApiError(500, item[1], type="server_error").body())
+            yield sse("[DONE]")
+            return
 
 
 class _Events(StreamingResponse):
-    """Server-sent events that end their job however the response ends: also when the client
-    is gone before the first event, where the event generator never starts (so its own
-    ``finally`` never runs)."""
+    """Server-sent events that end their request however the response ends: the stream
+    finished, the client gone mid-stream, or gone before the first event (where the event
+    generator never starts, so a ``finally`` of its own would never run)."""
 
     def __init__(self, events: AsyncIterator[bytes], on_close: Any) -> None:
         super().__init__(

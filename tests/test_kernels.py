@@ -257,11 +257,15 @@ def test_native_attention_runs_and_matches_the_torch_path(dtype, monkeypatch):
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-@pytest.mark.parametrize(("d", "heads"), [(128, 12), (64, 14)])
+@pytest.mark.parametrize(
+    ("d", "heads"), [(128, 12), (64, 14), (128, 16), (64, 2), (128, 4), (64, 18)]
+)
 def test_native_attention_register_form_is_the_generic_one(dtype, d, heads):
-    """For head sizes 64 and 128 the native attention keeps keys and sums in registers: it
-    must give the generic loop's results bit for bit, and each query alone what it gets in a
-    draft-tree pass (the property exactness needs), on a tree with branches."""
+    """For head sizes 64 and 128 the native attention keeps keys and sums in registers, with
+    scores reduced 16 keys at a time and values summed for up to six heads at once: it must
+    give the generic loop's results bit for bit (1 to 9 heads per kv head, key counts that are
+    no multiple of 16), and each query alone what it gets in a draft-tree pass (the property
+    exactness needs), on a tree with branches."""
     from adapld_cli.model import quant
 
     if quant.unavailable():
@@ -282,3 +286,27 @@ def test_native_attention_register_form_is_the_generic_one(dtype, d, heads):
         mine = torch.tensor([0, ptr[i + 1] - ptr[i]])
         one = ext.attention(q[i : i + 1], k, v, prefix[i : i + 1], mine, extra[ptr[i] : ptr[i + 1]])
         assert torch.equal(one[0], fast[i]), i
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_native_attention_reads_a_preallocated_cache_in_place(dtype):
+    """Keys and values given as a view of a larger preallocated buffer (the growing cache:
+    heads ``capacity`` rows apart) give exactly what contiguous copies give."""
+    from adapld_cli.model import quant
+
+    if quant.unavailable():
+        pytest.skip(quant.unavailable())
+    ext = quant.extension()
+    gen = torch.Generator().manual_seed(7)
+    parents = dfs_tree(21, seed=7, chain=12)
+    n, cached, kv, heads, d = len(parents), 203, 2, 12, 128
+    s = cached + n
+    buf = torch.randn(2, kv, s + 77, d, generator=gen).to(dtype)
+    k, v = buf[0, :, :s], buf[1, :, :s]
+    assert not k.is_contiguous()
+    q = torch.randn(n, heads, d, generator=gen) * 0.2
+    plan = kernels.native_plan(tree_mask(parents, cached, torch.float32, "cpu"), n, s)
+    keys, values = kernels._head_rows(k, v)
+    assert keys.data_ptr() == k.data_ptr()  # used in place, not copied
+    copies = ext.attention(q, k.contiguous(), v.contiguous(), *plan)
+    assert torch.equal(ext.attention(q, keys, values, *plan), copies)

@@ -2,9 +2,10 @@
 need from it (a middle layer's hidden states, top-K next-token predictions).
 
 The adapter knows Hugging Face decoder-only models (Llama, Qwen2, GPT-2 and others that take
-``position_ids``, a 4D float attention mask and a ``DynamicCache``); it knows nothing of
-drafting. Hidden states are captured by a forward hook on one decoder layer, never by asking
-the model for every layer's states. Prefill computes top-K in chunks: full prompt x vocab
+``position_ids``, a 4D float attention mask and a ``DynamicCache``, here one whose layers are
+written in place, :mod:`adapld_cli.engine.kvcache`); it knows nothing of drafting. Hidden
+states are captured by a forward hook on one decoder layer, never by asking the model for
+every layer's states. Prefill computes top-K in chunks: full prompt x vocab
 logits are never materialised.
 """
 
@@ -88,6 +89,7 @@ class ModelRunner:
         hidden_layer: int | None,
         want_hidden: bool,
         keep_final: bool = False,
+        capacity: int = 1024,
     ) -> None:
 
         config = model.config
@@ -124,18 +126,15 @@ class ModelRunner:
                     f"hidden layer {idx} out of range (0..{len(layers) - 1})"
                 )
             self._hook = layers[idx].register_forward_hook(self._capture)
-        self.cache = self._new_cache()
+        self.cache = self._new_cache(capacity)  # preallocated; grows by doubling past it
 
-    def _new_cache(self) -> Any:
-        from transformers import DynamicCache
-        from transformers.cache_utils import DynamicLayer
+    def _new_cache(self, capacity: int) -> Any:
+        from adapld_cli.engine.kvcache import new_cache
 
-        cache = DynamicCache(config=self.model.config)
-        if any(type(layer) is not DynamicLayer for layer in getattr(cache, "layers", [])):
-            raise UnsupportedModelError(
-                f"{type(self.model).__name__} uses a sliding-window or hybrid cache"
-            )
-        return cache
+        try:
+            return new_cache(self.model.config, capacity)
+        except ValueError as exc:
+            raise UnsupportedModelError(f"{type(self.model).__name__}: {exc}") from exc
 
     def _capture(self, _module: Any, _inputs: Any, output: Any) -> None:
         self._captured = output[0] if isinstance(output, tuple) else output
@@ -238,11 +237,8 @@ class ModelRunner:
                 self.cache.crop(-drop)
             return
         sel = torch.tensor(idx, device=self.device) + prefix_len
-        if self._final is not None:
-            with torch.inference_mode():
+        with torch.inference_mode():
+            if self._final is not None:
                 self._final[prefix_len:new_len] = self._final.index_select(0, sel)
-        for layer in self.cache.layers:
-            for name in ("keys", "values"):
-                t = getattr(layer, name)
-                tail = t.index_select(-2, sel)
-                setattr(layer, name, torch.cat([t[..., :prefix_len, :], tail], dim=-2))
+            for layer in self.cache.layers:  # in place: the accepted rows only are copied
+                layer.keep(prefix_len, sel)

@@ -61,6 +61,9 @@ def stream(
         hidden_layer=drafter.hidden_layer,
         want_hidden=drafter.wants_hidden,
         keep_final=drafter.wants_topk > 0,  # top-K rows on demand (ar and pld never ask)
+        # the KV cache is preallocated for the prompt, the answer and one pass's tree nodes
+        # (a budget beyond 4,096 new tokens grows it by doubling when reached)
+        capacity=len(prompt_ids) + min(config.max_new_tokens, 4096) + 128,
     )
     try:
         yield from _decode(runner, list(prompt_ids), config, drafter, stops)

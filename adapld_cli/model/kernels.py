@@ -287,6 +287,20 @@ def _native_attention() -> Any:
     return _NATIVE or None
 
 
+def _head_rows(key: Any, value: Any) -> tuple[Any, Any]:
+    """``key``/``value`` ``[KV, s, d]`` as the native kernel takes them: each head's rows
+    contiguous, both heads the same distance apart (views of a preallocated cache are used as
+    they are; anything else is copied)."""
+    d = key.shape[-1]
+
+    def rows(t: Any) -> bool:
+        return t.stride(-1) == 1 and t.stride(-2) == d
+
+    if rows(key) and rows(value) and key.stride(0) == value.stride(0):
+        return key, value
+    return key.contiguous(), value.contiguous()
+
+
 def exact_attention(
     module: Any,
     query: Any,
@@ -330,7 +344,8 @@ def exact_attention(
     scale = d**-0.5 if scaling is None else scaling
     if native is not None:  # [n, H, d] float32 queries, scaled once
         q = (query[0].float() * scale).transpose(0, 1).contiguous()
-        out = native.attention(q, key[0].contiguous(), value[0].contiguous(), *plan)
+        keys, values = _head_rows(key[0], value[0])
+        out = native.attention(q, keys, values, *plan)
         return out.unsqueeze(0).to(query.dtype), None
     g = h // kv
     # half-precision matmuls of these tiny shapes cost more in dispatch than in arithmetic:

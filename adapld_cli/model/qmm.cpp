@@ -25,6 +25,7 @@
 #include <immintrin.h>
 
 #include <cmath>
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -251,7 +252,7 @@ inline void softmax_row(float* sg, int64_t L) {
 
 template <typename T>
 void attend(const float* Q, const T* K, const T* V, const int64_t* P, const int64_t* ptr,
-            const int64_t* extra, float* O, int64_t n, int64_t H, int64_t KV, int64_t S,
+            const int64_t* extra, float* O, int64_t n, int64_t H, int64_t KV, int64_t KS,
             int64_t d) {
   const int64_t G = H / KV, C = (d + 15) / 16;
   at::parallel_for(0, n * KV, 1, [&](int64_t w0, int64_t w1) {
@@ -259,8 +260,8 @@ void attend(const float* Q, const T* K, const T* V, const int64_t* P, const int6
     std::vector<__m512> acc(G * C), kv16(C);
     for (int64_t w = w0; w < w1; ++w) {
       const int64_t i = w / KV, kv = w % KV, e0 = ptr[i], L = P[i] + ptr[i + 1] - e0;
-      const T* Kh = K + kv * S * d;
-      const T* Vh = V + kv * S * d;
+      const T* Kh = K + kv * KS;
+      const T* Vh = V + kv * KS;
       const float* Qi = Q + (i * H + kv * G) * d;  // G heads of this kv head, [G][d]
       auto key = [&](int64_t j) { return j < P[i] ? j : extra[e0 + j - P[i]]; };
       score.assign(G * L, 0.f);
@@ -293,13 +294,81 @@ void attend(const float* Q, const T* K, const T* V, const int64_t* P, const int6
   });
 }
 
+// 16 keys' score partials v[0..15] (16 lanes each) -> one vector whose lane jj is the sum of
+// v[jj]'s lanes, each summed in exactly _mm512_reduce_add_ps' association (high 8 + low 8,
+// then high 4 + low 4, then lanes 0 + 2 and 1 + 3, then those two): a transposing butterfly
+// that runs the same additions for 16 keys at once (IEEE addition is commutative, so only the
+// grouping matters, and it is the same).
+inline __m512 reduce16(const __m512* v) {
+  __m512 w[8], z[4], u[2];
+  for (int p = 0; p < 8; ++p)  // T3: lanes 0-7 key 2p, 8-15 key 2p + 1
+    w[p] = _mm512_add_ps(_mm512_shuffle_f32x4(v[2 * p], v[2 * p + 1], 0x44),
+                         _mm512_shuffle_f32x4(v[2 * p], v[2 * p + 1], 0xEE));
+  for (int p = 0; p < 4; ++p)  // T6: block q = key 4p + q
+    z[p] = _mm512_add_ps(_mm512_shuffle_f32x4(w[2 * p], w[2 * p + 1], 0x88),
+                         _mm512_shuffle_f32x4(w[2 * p], w[2 * p + 1], 0xDD));
+  for (int p = 0; p < 2; ++p)  // T8: block q = keys 8p + q (lanes 0, 1), 8p + 4 + q (2, 3)
+    u[p] = _mm512_add_ps(_mm512_shuffle_ps(z[2 * p], z[2 * p + 1], 0x44),
+                         _mm512_shuffle_ps(z[2 * p], z[2 * p + 1], 0xEE));
+  // lane 4q + t = key q + 4t
+  const __m512 r = _mm512_add_ps(_mm512_shuffle_ps(u[0], u[1], 0x88),
+                                 _mm512_shuffle_ps(u[0], u[1], 0xDD));
+  const __m512i order = _mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0);
+  return _mm512_permutexvar_ps(order, r);
+}
+
+// Weighted sum of values for heads g0 .. g0 + GB - 1 and chunks c0 .. c0 + CB - 1 of one query:
+// each value chunk is loaded once for the GB heads; every output lane sums p_j v_j key by key.
+template <typename T, int GB, int CB, bool FULL>
+inline void weigh(const float* score, int64_t L, const T* Vh, const int64_t* P, const int64_t* extra,
+                  int64_t i, int64_t e0, int64_t d, int c0, const __mmask16* mk, float* Oi) {
+  __m512 a[GB][CB];
+  for (int g = 0; g < GB; ++g)
+    for (int c = 0; c < CB; ++c) a[g][c] = _mm512_setzero_ps();
+  for (int64_t j = 0; j < L; ++j) {
+    const T* vj = Vh + (j < P[i] ? j : extra[e0 + j - P[i]]) * d + c0 * 16;
+    __m512 vc[CB];
+#pragma GCC unroll 8
+    for (int c = 0; c < CB; ++c) vc[c] = load16<T>(vj + c * 16, mk[c0 + c]);
+#pragma GCC unroll 8
+    for (int g = 0; g < GB; ++g) {
+      const __m512 p = _mm512_set1_ps(score[g * L + j]);
+#pragma GCC unroll 8
+      for (int c = 0; c < CB; ++c) a[g][c] = _mm512_fmadd_ps(p, vc[c], a[g][c]);
+    }
+  }
+  for (int g = 0; g < GB; ++g)
+    for (int c = 0; c < CB; ++c) _mm512_mask_storeu_ps(Oi + g * d + (c0 + c) * 16, mk[c0 + c], a[g][c]);
+}
+
+template <typename T, int CB, bool FULL>
+inline void weigh_heads(const float* score, int64_t L, const T* Vh, const int64_t* P,
+                        const int64_t* extra, int64_t i, int64_t e0, int64_t d, int c0,
+                        const __mmask16* mk, float* Oi, int64_t G) {
+  for (int64_t g0 = 0; g0 < G;) {  // up to 6 heads at a time (with CB <= 4: 24 accumulators)
+    const int64_t gb = std::min<int64_t>(6, G - g0);
+    const float* s = score + g0 * L;
+    float* o = Oi + g0 * d;
+    switch (gb) {
+      case 6: weigh<T, 6, CB, FULL>(s, L, Vh, P, extra, i, e0, d, c0, mk, o); break;
+      case 5: weigh<T, 5, CB, FULL>(s, L, Vh, P, extra, i, e0, d, c0, mk, o); break;
+      case 4: weigh<T, 4, CB, FULL>(s, L, Vh, P, extra, i, e0, d, c0, mk, o); break;
+      case 3: weigh<T, 3, CB, FULL>(s, L, Vh, P, extra, i, e0, d, c0, mk, o); break;
+      case 2: weigh<T, 2, CB, FULL>(s, L, Vh, P, extra, i, e0, d, c0, mk, o); break;
+      default: weigh<T, 1, CB, FULL>(s, L, Vh, P, extra, i, e0, d, c0, mk, o); break;
+    }
+    g0 += gb;
+  }
+}
+
 // attend() with the head size's 16-lane chunks known at compile time (C = ceil(d / 16); FULL:
-// d = 16 C): keys, values and accumulators stay in registers and values are accumulated for
-// two heads at a time. Every score, softmax and sum runs the very operations of attend() in
-// the same order, so the results are attend()'s bit for bit.
+// d = 16 C): each key row is loaded once for all heads of its kv head, its scores reduced 16
+// keys at a time (reduce16), and each value chunk loaded once for up to six heads. Every
+// score, softmax and sum runs the very operations of attend() in the same order, so the
+// results are attend()'s bit for bit.
 template <typename T, int C, bool FULL>
 void attend_fixed(const float* Q, const T* K, const T* V, const int64_t* P, const int64_t* ptr,
-                  const int64_t* extra, float* O, int64_t n, int64_t H, int64_t KV, int64_t S,
+                  const int64_t* extra, float* O, int64_t n, int64_t H, int64_t KV, int64_t KS,
                   int64_t d) {
   const int64_t G = H / KV;
   __mmask16 mk[C];
@@ -309,48 +378,41 @@ void attend_fixed(const float* Q, const T* K, const T* V, const int64_t* P, cons
   };
   at::parallel_for(0, n * KV, 1, [&](int64_t w0, int64_t w1) {
     std::vector<float> score;
+    std::vector<__m512> part(G * 16);  // [G][16 keys] score partials
     for (int64_t w = w0; w < w1; ++w) {
       const int64_t i = w / KV, kv = w % KV, e0 = ptr[i], L = P[i] + ptr[i + 1] - e0;
-      const T* Kh = K + kv * S * d;
-      const T* Vh = V + kv * S * d;
+      const T* Kh = K + kv * KS;
+      const T* Vh = V + kv * KS;
       const float* Qi = Q + (i * H + kv * G) * d;
       auto key = [&](int64_t j) { return j < P[i] ? j : extra[e0 + j - P[i]]; };
       score.assign(G * L, 0.f);
-      for (int64_t j = 0; j < L; ++j) {
-        const T* kj = Kh + key(j) * d;
-        __m512 k16[C];
+      for (int64_t j0 = 0; j0 < L; j0 += 16) {
+        const int64_t B = std::min<int64_t>(16, L - j0);
+        for (int64_t jj = 0; jj < 16; ++jj) {
+          if (jj >= B) {  // past the last key: zeros, never stored
+            for (int64_t g = 0; g < G; ++g) part[g * 16 + jj] = _mm512_setzero_ps();
+            continue;
+          }
+          const T* kj = Kh + key(j0 + jj) * d;
+          __m512 k16[C];
 #pragma GCC unroll 16
-        for (int c = 0; c < C; ++c) k16[c] = load16<T>(kj + c * 16, mk[c]);
-        for (int64_t g = 0; g < G; ++g) {
-          __m512 a = _mm512_setzero_ps();
+          for (int c = 0; c < C; ++c) k16[c] = load16<T>(kj + c * 16, mk[c]);
+          for (int64_t g = 0; g < G; ++g) {
+            __m512 a = _mm512_setzero_ps();
 #pragma GCC unroll 16
-          for (int c = 0; c < C; ++c) a = _mm512_fmadd_ps(load_q(Qi + g * d + c * 16, c), k16[c], a);
-          score[g * L + j] = _mm512_reduce_add_ps(a);
-        }
-      }
-      for (int64_t g = 0; g < G; ++g) softmax_row(score.data() + g * L, L);
-      for (int64_t g0 = 0; g0 < G; g0 += 2) {  // weighted sum of values, key by key
-        const bool two = g0 + 1 < G;
-        const float* s0 = score.data() + g0 * L;
-        const float* s1 = two ? s0 + L : s0;
-        __m512 a0[C], a1[C];
-        for (int c = 0; c < C; ++c) a0[c] = a1[c] = _mm512_setzero_ps();
-        for (int64_t j = 0; j < L; ++j) {
-          const T* vj = Vh + key(j) * d;
-          const __m512 p0 = _mm512_set1_ps(s0[j]), p1 = _mm512_set1_ps(s1[j]);
-#pragma GCC unroll 16
-          for (int c = 0; c < C; ++c) {
-            const __m512 vc = load16<T>(vj + c * 16, mk[c]);
-            a0[c] = _mm512_fmadd_ps(p0, vc, a0[c]);
-            a1[c] = _mm512_fmadd_ps(p1, vc, a1[c]);
+            for (int c = 0; c < C; ++c) a = _mm512_fmadd_ps(load_q(Qi + g * d + c * 16, c), k16[c], a);
+            part[g * 16 + jj] = a;
           }
         }
-        float* Oi = O + (i * H + kv * G + g0) * d;
-        for (int c = 0; c < C; ++c) {
-          _mm512_mask_storeu_ps(Oi + c * 16, mk[c], a0[c]);
-          if (two) _mm512_mask_storeu_ps(Oi + d + c * 16, mk[c], a1[c]);
-        }
+        for (int64_t g = 0; g < G; ++g)
+          _mm512_mask_storeu_ps(score.data() + g * L + j0, tail_mask(B),
+                                reduce16(part.data() + g * 16));
       }
+      for (int64_t g = 0; g < G; ++g) softmax_row(score.data() + g * L, L);
+      float* Oi = O + (i * H + kv * G) * d;
+      constexpr int CB = C < 4 ? C : 4;
+      for (int c0 = 0; c0 < C; c0 += CB)
+        weigh_heads<T, CB, FULL>(score.data(), L, Vh, P, extra, i, e0, d, c0, mk, Oi, G);
     }
   });
 }
@@ -358,27 +420,31 @@ void attend_fixed(const float* Q, const T* K, const T* V, const int64_t* P, cons
 // attend() for any head size: the register form where it is compiled (d = 64, 128).
 template <typename T>
 void attend_any(const float* Q, const T* K, const T* V, const int64_t* P, const int64_t* ptr,
-                const int64_t* extra, float* O, int64_t n, int64_t H, int64_t KV, int64_t S,
+                const int64_t* extra, float* O, int64_t n, int64_t H, int64_t KV, int64_t KS,
                 int64_t d) {
   if (d == 128)
-    attend_fixed<T, 8, true>(Q, K, V, P, ptr, extra, O, n, H, KV, S, d);
+    attend_fixed<T, 8, true>(Q, K, V, P, ptr, extra, O, n, H, KV, KS, d);
   else if (d == 64)
-    attend_fixed<T, 4, true>(Q, K, V, P, ptr, extra, O, n, H, KV, S, d);
+    attend_fixed<T, 4, true>(Q, K, V, P, ptr, extra, O, n, H, KV, KS, d);
   else
-    attend<T>(Q, K, V, P, ptr, extra, O, n, H, KV, S, d);
+    attend<T>(Q, K, V, P, ptr, extra, O, n, H, KV, KS, d);
 }
 
 }  // namespace
 
-// q float [n][H][d] (scaled); k, v [KV][S][d] float or bfloat16; prefix int64 [n];
+// q float [n][H][d] (scaled); k, v [KV][S][d] float or bfloat16, each head's [S][d] rows
+// contiguous (heads may lie further apart: a view of a preallocated cache); prefix int64 [n];
 // ptr int64 [n + 1]; extra int64 [ptr[n]] -> float [n][H][d]. generic: attend() for every
 // head size (tests compare it with the register form, which must equal it bit for bit).
 torch::Tensor attention(torch::Tensor q, torch::Tensor k, torch::Tensor v, torch::Tensor prefix,
                         torch::Tensor ptr, torch::Tensor extra, bool generic = false) {
-  TORCH_CHECK(q.scalar_type() == torch::kFloat && q.is_contiguous() && k.is_contiguous() &&
-              v.is_contiguous() && k.scalar_type() == v.scalar_type());
+  TORCH_CHECK(q.scalar_type() == torch::kFloat && q.is_contiguous() &&
+              k.scalar_type() == v.scalar_type() && k.dim() == 3 && v.dim() == 3);
   const int64_t n = q.size(0), H = q.size(1), d = q.size(2), KV = k.size(0), S = k.size(1);
-  TORCH_CHECK(H % KV == 0 && k.size(2) == d && v.size(1) == S);
+  TORCH_CHECK(H % KV == 0 && k.size(2) == d && v.size(1) == S && v.size(2) == d);
+  TORCH_CHECK(k.stride(2) == 1 && k.stride(1) == d && v.stride(2) == 1 && v.stride(1) == d &&
+              v.stride(0) == k.stride(0), "attention: each head's keys and values contiguous");
+  const int64_t KS = k.stride(0);
   auto out = torch::empty_like(q);
   const int64_t* P = prefix.data_ptr<int64_t>();
   const int64_t* R = ptr.data_ptr<int64_t>();
@@ -386,12 +452,12 @@ torch::Tensor attention(torch::Tensor q, torch::Tensor k, torch::Tensor v, torch
   if (k.scalar_type() == torch::kBFloat16) {
     auto run = generic ? attend<at::BFloat16> : attend_any<at::BFloat16>;
     run(q.data_ptr<float>(), k.data_ptr<at::BFloat16>(), v.data_ptr<at::BFloat16>(), P, R, E,
-        out.data_ptr<float>(), n, H, KV, S, d);
+        out.data_ptr<float>(), n, H, KV, KS, d);
   } else {
     TORCH_CHECK(k.scalar_type() == torch::kFloat);
     auto run = generic ? attend<float> : attend_any<float>;
     run(q.data_ptr<float>(), k.data_ptr<float>(), v.data_ptr<float>(), P, R, E,
-        out.data_ptr<float>(), n, H, KV, S, d);
+        out.data_ptr<float>(), n, H, KV, KS, d);
   }
   return out;
 }

@@ -24,6 +24,8 @@ if "AVX-512 BF16" in (quant.unavailable() or ""):
     pytest.skip(quant.unavailable(), allow_module_level=True)
 
 SHAPES = {"q4": (48, 96), "q6": (32, 80)}
+# two full super-blocks and a partial one (the blocked int8 form walks super-blocks)
+WIDE = {"q4": (32, 608), "q6": (16, 592)}
 
 
 @pytest.fixture(autouse=True)
@@ -31,8 +33,8 @@ def _kernels_build():
     assert quant.unavailable() is None, quant.unavailable()
 
 
-def _layer(kind: str, seed: int = 0, activations: str = "bfloat16"):
-    n, k = SHAPES[kind]
+def _layer(kind: str, seed: int = 0, activations: str = "bfloat16", wide: bool = False):
+    n, k = (WIDE if wide else SHAPES)[kind]
     gen = torch.Generator().manual_seed(seed)
     w = torch.randn(n, k, generator=gen) * 0.05
     parts = quant.quantize_q4(w) if kind == "q4" else quant.quantize_q6(w)
@@ -57,10 +59,11 @@ def q8_rows(x: torch.Tensor) -> torch.Tensor:
 ACTIVATIONS = [a for a in quant.ACTIVATIONS if a != "int8" or "avx512_vnni" in quant._cpu_flags()]
 
 
+@pytest.mark.parametrize("wide", [False, True], ids=["narrow", "wide"])
 @pytest.mark.parametrize("activations", ACTIVATIONS)
 @pytest.mark.parametrize("kind", quant.KINDS)
-def test_every_row_is_the_row_alone_for_any_row_count_and_threads(kind, activations):
-    layer, w, bias = _layer(kind, activations=activations)
+def test_every_row_is_the_row_alone_for_any_row_count_and_threads(kind, activations, wide):
+    layer, w, bias = _layer(kind, activations=activations, wide=wide)
     x = (torch.randn(130, w.shape[1], generator=torch.Generator().manual_seed(1))).bfloat16()
     old = torch.get_num_threads()
     try:

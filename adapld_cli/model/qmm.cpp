@@ -577,6 +577,127 @@ inline void close_block(bool q4, int64_t M, const float* xs, int64_t S, __m512 d
   }
 }
 
+// ---- the blocked form, for M >= BLOCKED_ROWS: a super-block's weights unpacked once per tile
+// into a buffer, then for each row block the exact integer sums A stay in registers across its
+// groups and B is summed at the block's end: the same integers and the very float steps of
+// close_block in the same order, so every output is the group-by-group form's bit for bit.
+// Measured on the 1.5B model (2 threads, weights streamed from memory): prefill chunks of 256
+// rows 11% faster, 64-row passes 2-15% faster, but 8- to 32-row passes 3-7% slower (the
+// group-by-group form overlaps the weight stream with its products better), hence the bound.
+constexpr int64_t BLOCKED_ROWS = 64;
+
+// Unpack groups g0 .. g1 - 1 of tile t into wb[(g - g0) * P + i] (VNNI dwords: 4 inputs of
+// 16 columns) and their scales into scb[g - g0].
+inline void unpack_q4(const uint8_t* Q, const uint8_t* SC, int64_t t, int64_t K, int64_t G,
+                      int64_t g0, int64_t g1, __m512i* wb, __m512i* scb) {
+  const __m512i nib = _mm512_set1_epi32(0x0F0F0F0F);
+  for (int64_t g = g0; g < g1; ++g) {
+    const uint8_t* qg = Q + (t * (K / 2) + g * 16) * 16;
+    __m512i* w = wb + (g - g0) * 8;
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; ++i) {
+      const __m512i b0 = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i*)(qg + 32 * i)));
+      const __m512i b1 = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i*)(qg + 32 * i + 16)));
+      const __m512i v = _mm512_or_si512(b0, _mm512_slli_epi32(b1, 16));
+      w[i] = _mm512_ternarylogic_epi32(v, _mm512_slli_epi32(v, 4), nib, 0xA8);
+    }
+    scb[g - g0] = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i*)(SC + ((t * G + g) * 2) * 16)));
+  }
+}
+
+inline void unpack_q6(const uint8_t* Q, const uint8_t* SC, int64_t t, int64_t K, int64_t G,
+                      int64_t g0, int64_t g1, __m512i* wb, __m512i* scb) {
+  for (int64_t g = g0; g < g1; ++g) {
+    const uint8_t* qg = Q + (t * (K / 2) + g * 8) * 32;
+    __m512i* w = wb + (g - g0) * 4;
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; ++i) {
+      const __m512i a = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i*)(qg + 64 * i)));
+      const __m512i b = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i*)(qg + 64 * i + 32)));
+      w[i] = _mm512_or_si512(a, _mm512_slli_epi32(b, 16));
+    }
+    scb[g - g0] = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i*)(SC + (t * G + g) * 16)));
+  }
+}
+
+// A[r] = sum over the ng groups from g0 of sc_g * sum(w xq) for the R rows of one row block
+// (x: the block's dwords, quantize_rows' layout), accumulated in registers.
+template <int R, int P>
+inline void block_sums(const int32_t* x, int64_t g0, int64_t ng, const __m512i* wb,
+                       const __m512i* scb, __m512i* out) {
+  __m512i A[R];
+  for (int r = 0; r < R; ++r) A[r] = _mm512_setzero_si512();
+  for (int64_t gl = 0; gl < ng; ++gl) {
+    const int32_t* xg = x + (g0 + gl) * P * R;
+    __m512i c[R];
+    for (int r = 0; r < R; ++r) c[r] = _mm512_setzero_si512();
+#pragma GCC unroll 8
+    for (int p = 0; p < P; ++p) {
+      const __m512i w = wb[gl * P + p];
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) c[r] = _mm512_dpbusd_epi32(c[r], w, _mm512_set1_epi32(xg[p * R + r]));
+    }
+    const __m512i sc = scb[gl];
+    for (int r = 0; r < R; ++r) A[r] = _mm512_add_epi32(A[r], _mm512_mullo_epi32(sc, c[r]));
+  }
+  for (int r = 0; r < R; ++r) out[r] = A[r];
+}
+
+template <int P>
+inline void block_sums_any(int R, const int32_t* x, int64_t g0, int64_t ng, const __m512i* wb,
+                           const __m512i* scb, __m512i* out) {
+  if (R == RB) block_sums<RB, P>(x, g0, ng, wb, scb, out);
+  else if (R == 4) block_sums<4, P>(x, g0, ng, wb, scb, out);
+  else block_sums<1, P>(x, g0, ng, wb, scb, out);
+}
+
+// mm_i8 for M >= 4 (see above): tiles split over threads, super-blocks in order per tile.
+void mm_i8_blocked(bool q4, const QuantRows& qx, int64_t M, int64_t K, int64_t T, int64_t G,
+                   int64_t S, const uint8_t* Q, const uint8_t* SC, const float* DD,
+                   const int16_t* PR, const float* Bias, bool out_f32, void* Y) {
+  const int64_t group = q4 ? 32 : 16, per = 256 / group, P = group / 4, GP = (G + 1) / 2;
+  at::parallel_for(0, T, 1, [&](int64_t t0, int64_t t1) {
+    alignas(64) __m512i wb[64];  // per super-block: 8 groups x 8 (q4) or 16 x 4 (q6)
+    alignas(64) __m512i scb[16];
+    alignas(64) __m512i pr[8];
+    __m512i Ab[RB];
+    std::vector<__m512> acc(M);
+    for (int64_t t = t0; t < t1; ++t) {
+      for (int64_t m = 0; m < M; ++m) acc[m] = _mm512_setzero_ps();
+      for (int64_t s = 0; s < S; ++s) {
+        const int64_t g0 = s * per, g1 = std::min(G, g0 + per), ng = g1 - g0;
+        if (q4) unpack_q4(Q, SC, t, K, G, g0, g1, wb, scb);
+        else unpack_q6(Q, SC, t, K, G, g0, g1, wb, scb);
+        {  // the next super-block's weights (the next tile's first at the end: tiles are
+           // contiguous) requested now, so they arrive while these rows are summed
+          const int64_t bytes = (g1 - g0) * group * (q4 ? 8 : 16);  // 16 columns
+          const char* next = (const char*)(Q + (t * (K / 2) + g1 * (group / 2)) * (q4 ? 16 : 32));
+          for (int64_t b = 0; b < bytes; b += 64) _mm_prefetch(next + b, _MM_HINT_T0);
+        }
+        const int64_t j0 = g0 / 2, j1 = (g1 + 1) / 2;  // group pairs of this super-block
+        for (int64_t j = j0; j < j1; ++j) pr[j - j0] = _mm512_loadu_si512(PR + (t * GP + j) * 32);
+        const float* dp = DD + (t * S + s) * (q4 ? 32 : 16);
+        const __m512 d = _mm512_loadu_ps(dp), dmin = q4 ? _mm512_loadu_ps(dp + 16) : _mm512_setzero_ps();
+        for (int64_t m = 0; m < M;) {
+          const int R = block_rows(M, m);
+          const int32_t* x = qx.xq.data() + m * K / 4;
+          if (P == 8) block_sums_any<8>(R, x, g0, ng, wb, scb, Ab);
+          else block_sums_any<4>(R, x, g0, ng, wb, scb, Ab);
+          for (int r = 0; r < R; ++r) {
+            const int64_t row = m + r;
+            __m512i B = _mm512_setzero_si512();
+            for (int64_t j = j0; j < j1; ++j)
+              B = _mm512_add_epi32(B, _mm512_madd_epi16(pr[j - j0], _mm512_set1_epi32(qx.qp[row * GP + j])));
+            close_block(q4, 1, qx.xs.data() + row * S + s, S, d, dmin, &Ab[r], &B, &acc[row]);
+          }
+          m += R;
+        }
+      }
+      for (int64_t m = 0; m < M; ++m) store_row(acc[m], Bias, t, out_f32, Y, m * T * 16 + t * 16);
+    }
+  });
+}
+
 }  // namespace
 
 // The per-group multipliers of the B term side by side for two groups, int16
@@ -595,6 +716,7 @@ torch::Tensor pairs_i8(std::string kind, torch::Tensor sc) {
   return out;
 }
 
+
 torch::Tensor mm_i8(std::string kind, torch::Tensor x, torch::Tensor qp, torch::Tensor sc,
                     torch::Tensor dd, torch::Tensor pairs, c10::optional<torch::Tensor> bias_opt,
                     bool out_f32) {
@@ -612,6 +734,10 @@ torch::Tensor mm_i8(std::string kind, torch::Tensor x, torch::Tensor qp, torch::
   const float* Bias = bias_opt.has_value() ? bias_opt->data_ptr<float>() : nullptr;
   auto y = output(x, T * 16, out_f32);
   void* Y = y.data_ptr();
+  if (M >= BLOCKED_ROWS) {
+    mm_i8_blocked(q4, qx, M, K, T, G, S, Q, SC, DD, PR, Bias, out_f32, Y);
+    return y;
+  }
   const __m512i nib = _mm512_set1_epi32(0x0F0F0F0F);
   at::parallel_for(0, T, 1, [&](int64_t t0, int64_t t1) {
     alignas(64) __m512i w[8];

@@ -31,6 +31,18 @@
 
 namespace {
 
+// Groups ahead whose weights (256 bytes a group and tile in every layout) and scales the
+// group-by-group loops request early. Tiles are contiguous, so past a tile's end these are
+// the next tile's, which the same thread takes next (past the last one, a prefetch of memory
+// never read: harmless). Measured on the 1.5B model, int8 inputs, 2 threads: single steps and
+// 8- to 16-row passes ~8-10% faster with 2 KB ahead (1 to 4 KB alike), 32-row passes ~3%.
+constexpr int64_t PREFETCH_GROUPS = 8;
+
+inline void prefetch_group(const uint8_t* w, const uint8_t* sc) {
+  for (int b = 0; b < 256; b += 64) _mm_prefetch((const char*)w + b, _MM_HINT_T0);
+  _mm_prefetch((const char*)sc, _MM_HINT_T0);
+}
+
 // Sum of each row's bf16 inputs per group of 32, in float32, left to right.
 std::vector<float> group_sums(const at::BFloat16* x, int64_t M, int64_t K) {
   const int64_t G = K / 32;
@@ -122,6 +134,7 @@ torch::Tensor mm_q4(torch::Tensor x, torch::Tensor qp, torch::Tensor sc, torch::
         const __m512 scale = _mm512_mul_ps(_mm512_loadu_ps(d), u8_to_ps(s8));
         const __m512 mins = _mm512_mul_ps(_mm512_loadu_ps(d + 16), u8_to_ps(s8 + 16));
         const uint8_t* qg = Q + (t * (K / 2) + g * 16) * 16;
+        prefetch_group(qg + PREFETCH_GROUPS * 256, SC + ((t * G + g + PREFETCH_GROUPS) * 2) * 16);
 #pragma GCC unroll 16
         for (int p = 0; p < 16; ++p) {  // dword c = q[c][2p] | q[c][2p + 1] << 16 -> bf16 pair
           __m512i b = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i*)(qg + p * 16)));
@@ -170,6 +183,7 @@ torch::Tensor mm_q6(torch::Tensor x, torch::Tensor qp, torch::Tensor sc, torch::
         const __m512 scale =
             _mm512_mul_ps(_mm512_loadu_ps(DD + (t * S + g / 16) * 16), i8_to_ps(SC + (t * G + g) * 16));
         const uint8_t* qg = Q + (t * (K / 2) + g * 8) * 32;
+        prefetch_group(qg + PREFETCH_GROUPS * 256, (const uint8_t*)(SC + (t * G + g + PREFETCH_GROUPS) * 16));
         for (int p = 0; p < 8; ++p)  // 16 columns x 2 inputs, in pair order: q + 32 -> bf16(q)
           wp[p] = _mm512_permutex2var_epi16(
               lut_lo, _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i*)(qg + p * 32))),
@@ -749,6 +763,8 @@ torch::Tensor mm_i8(std::string kind, torch::Tensor x, torch::Tensor qp, torch::
         A[m] = B[m] = _mm512_setzero_si512();
       }
       for (int64_t g = 0; g < G; ++g) {
+        prefetch_group(Q + (t * (K / 2) + (g + PREFETCH_GROUPS) * (group / 2)) * (q4 ? 16 : 32),
+                       SC + (t * G + g + PREFETCH_GROUPS) * (q4 ? 32 : 16));
         if (q4) {
           const uint8_t* qg = Q + (t * (K / 2) + g * 16) * 16;
 #pragma GCC unroll 8

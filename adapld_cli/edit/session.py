@@ -179,6 +179,8 @@ class EditSession:
         self.template = load_template(template)
         self._limit = context_limit(loaded)
         self._stop_ids = stop_token_ids(loaded)
+        self._prefix: Any = None  # engine.PrefixCache: later prompts (files, attempts) reuse
+        # the prefill chunks they share with the one before (bit for bit a fresh prefill)
 
     @property
     def tokenizer(self) -> Any:
@@ -267,11 +269,13 @@ class EditSession:
         self, prepared: PreparedEdit, on_event: Callable[[StepEvent], None] | None = None
     ) -> EditResult:
         """Generate and judge the output (see the module contract)."""
-        from adapld_cli.engine import stream
+        from adapld_cli.engine import PrefixCache, stream
 
         tokens: list[int] = []
         stats = Stats(method=self.options.method)
         stop_reason: str | None = None
+        if self._prefix is None:
+            self._prefix = PrefixCache()
         events = stream(
             self.loaded.model,
             prepared.prompt.ids,
@@ -279,6 +283,7 @@ class EditSession:
             method=self.options.method,
             tokenizer=self.loaded.tokenizer,
             settings=self.options.settings,
+            prefix=self._prefix,
         )
         try:
             for event in events:

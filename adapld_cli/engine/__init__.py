@@ -2,9 +2,10 @@
 
 Public API::
 
-    stream(model, prompt_ids, config, method="adapld", tokenizer=None, settings=None)
-        -> Iterator[StepEvent]
+    stream(model, prompt_ids, config, method="adapld", tokenizer=None, settings=None,
+           reference=(), prefix=None) -> Iterator[StepEvent]
     generate(...) -> GenerationResult
+    PrefixCache()  # pass as prefix=: later prompts skip the prefill chunks they share
 
 Types (``GenerationConfig``, ``StepEvent``, ``Stats``, ``Source``) import without torch;
 ``stream``/``generate`` import torch on first use.
@@ -27,6 +28,7 @@ from adapld_cli.engine.types import (
 
 if TYPE_CHECKING:
     from adapld_cli.engine.loop import generate, stream
+    from adapld_cli.engine.prefix import PrefixCache
 
 
 def __getattr__(name: str) -> Any:  # lazy: keep torch out of `import adapld_cli.engine`
@@ -34,6 +36,10 @@ def __getattr__(name: str) -> Any:  # lazy: keep torch out of `import adapld_cli
         from adapld_cli.engine import loop
 
         return getattr(loop, name)
+    if name == "PrefixCache":
+        from adapld_cli.engine.prefix import PrefixCache
+
+        return PrefixCache
     raise AttributeError(name)
 
 
@@ -41,6 +47,7 @@ __all__ = [
     "METHODS",
     "Method",
     "AdaPLDSettings",
+    "PrefixCache",
     "GenerationConfig",
     "GenerationResult",
     "Source",

@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 
+from adapld_cli.engine.prefix import PrefixCache
 from adapld_cli.engine.types import UnsupportedModelError
 
 # Prompt tokens per prefill pass. Measured on coder-1.5b (bf16, exact kernels, 2 threads; 800-
@@ -114,6 +115,8 @@ class ModelRunner:
         self._keep_final = keep_final  # for topk_at (drafters that use top-K rows)
         self._final: torch.Tensor | None = None  # [capacity, H] final hidden state per position
         self._hook = None
+        self._hidden_idx: int | None = None
+        self.reused = 0  # prompt positions the last prefill took over from a PrefixCache
         if want_hidden:
             layers = _decoder_layers(base)
             if layers is None:
@@ -126,6 +129,7 @@ class ModelRunner:
                     f"hidden layer {idx} out of range (0..{len(layers) - 1})"
                 )
             self._hook = layers[idx].register_forward_hook(self._capture)
+        self._hidden_idx = idx if want_hidden else None
         self.cache = self._new_cache(capacity)  # preallocated; grows by doubling past it
 
     def _new_cache(self, capacity: int) -> Any:
@@ -204,16 +208,40 @@ class ModelRunner:
         hidden = None if self._captured is None else self._captured[0]
         return PassOutput(logits=LazyLogits(self, last), hidden=hidden)
 
-    def prefill(self, ids: list[int], top_k: int, chunk: int = PREFILL_CHUNK) -> tuple[Any, Any]:
-        """Feed ``ids`` into the (empty) cache in chunks of ``chunk`` tokens.
+    def prefill(
+        self,
+        ids: list[int],
+        top_k: int,
+        chunk: int | None = None,
+        prefix: PrefixCache | None = None,
+    ) -> tuple[Any, Any]:
+        """Feed ``ids`` into the (empty) cache in chunks of ``chunk`` tokens (default
+        :data:`PREFILL_CHUNK`).
 
         Returns ``(hidden [n, H] or None, topk [n, top_k] or None)``: the hooked layer's
         states and each position's top-K next-token ids, computed per chunk of positions.
         With ``keep_final`` the final hidden states are kept too, for :meth:`topk_at`.
+        ``prefix``: take over the whole chunks a previous prompt shares with ``ids`` and keep
+        this one's for the next (:mod:`adapld_cli.engine.prefix`: the result is a fresh
+        prefill's bit for bit); :attr:`reused` says how many positions were taken over.
         """
+        chunk = chunk or PREFILL_CHUNK
         hiddens, topks = [], []
+        key = (
+            id(self.model),
+            self._hidden_idx,
+            str(self.dtype),
+            str(self.device),
+            top_k,
+            self._keep_final,
+            chunk,
+        )
+        start = prefix.shared(key, ids, chunk) if prefix is not None else 0
+        self.reused = start
         with torch.inference_mode():
-            for s in range(0, len(ids), chunk):
+            if start:
+                self._adopt(prefix.take(start), start, hiddens, topks)
+            for s in range(start, len(ids), chunk):
                 start = self.cache_len
                 last = self._run(ids[s : s + chunk], start, None, None)
                 self._store_final(start, last)
@@ -224,7 +252,22 @@ class ModelRunner:
                         topks.append(self.logits(last[t : t + 256]).topk(top_k, dim=-1).indices)
         hidden = torch.cat(hiddens) if hiddens else None
         topk = torch.cat(topks) if topks else None
+        if prefix is not None:
+            final = None if self._final is None else self._final[: len(ids)]
+            prefix.keep(key, ids, chunk, self.cache.layers, hidden, final, topk)
         return hidden, topk
+
+    def _adopt(self, entry: Any, n: int, hiddens: list[Any], topks: list[Any]) -> None:
+        """Put the first ``n`` kept positions of a prefix-cache entry in place of a prefill
+        of them (cache rows, final states; hidden and top-K rows appended to the lists)."""
+        for layer, k, v in zip(self.cache.layers, entry.keys, entry.values, strict=True):
+            layer.update(k[:, :, :n], v[:, :, :n])
+        if entry.final is not None:
+            self._store_final(0, entry.final[:n])
+        if entry.hidden is not None:
+            hiddens.append(entry.hidden[:n])
+        if entry.topk is not None:
+            topks.append(entry.topk[:n])
 
     def keep(self, prefix_len: int, idx: list[int]) -> None:
         """Compact the cache to ``prefix_len`` entries followed by the entries at

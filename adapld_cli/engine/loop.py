@@ -21,6 +21,7 @@ from adapld_cli.engine.context import Context
 from adapld_cli.engine.cost import CostModel
 from adapld_cli.engine.drafters import Drafter, make_drafter
 from adapld_cli.engine.drafters.reference import WithReference
+from adapld_cli.engine.prefix import PrefixCache
 from adapld_cli.engine.sampling import TokenChooser
 from adapld_cli.engine.settings import AdaPLDSettings
 from adapld_cli.engine.stops import StopChecker
@@ -37,6 +38,7 @@ def stream(
     tokenizer: Any = None,
     settings: AdaPLDSettings | None = None,
     reference: Sequence[int] = (),
+    prefix: PrefixCache | None = None,
 ) -> Iterator[StepEvent]:
     """Generate from ``prompt_ids`` with ``method``, yielding one event per decode step.
 
@@ -44,7 +46,9 @@ def stream(
     ``config.stop_strings`` need ``tokenizer``. The last event has ``finished=True``.
     ``reference``: token ids of a predicted output to draft from as well
     (:class:`~adapld_cli.engine.drafters.reference.WithReference`; never with ``ar``, whose
-    passes stay single-token).
+    passes stay single-token). ``prefix``: a :class:`~adapld_cli.engine.prefix.PrefixCache`
+    shared by generations one after the other (the prefill chunks a previous prompt shares
+    are taken over, bit for bit; ``stats.cached_tokens`` counts them).
     """
     config = config or GenerationConfig()
     if not prompt_ids:
@@ -66,7 +70,7 @@ def stream(
         capacity=len(prompt_ids) + min(config.max_new_tokens, 4096) + 128,
     )
     try:
-        yield from _decode(runner, list(prompt_ids), config, drafter, stops)
+        yield from _decode(runner, list(prompt_ids), config, drafter, stops, prefix)
     finally:
         runner.close()
 
@@ -80,6 +84,7 @@ def generate(
     tokenizer: Any = None,
     settings: AdaPLDSettings | None = None,
     reference: Sequence[int] = (),
+    prefix: PrefixCache | None = None,
 ) -> GenerationResult:
     """Run :func:`stream` to the end; returns the generated tokens and statistics."""
     tokens: list[int] = []
@@ -92,6 +97,7 @@ def generate(
         tokenizer=tokenizer,
         settings=settings,
         reference=reference,
+        prefix=prefix,
     )
     for event in events:
         tokens.extend(event.tokens)
@@ -104,6 +110,7 @@ def _decode(
     config: GenerationConfig,
     drafter: Drafter,
     stops: StopChecker,
+    prefix: PrefixCache | None = None,
 ) -> Iterator[StepEvent]:
     stats = Stats(method=drafter.name, prompt_tokens=len(prompt))
     chooser = TokenChooser(config)
@@ -122,7 +129,8 @@ def _decode(
     if prompt_topk is None:
         prompt_topk = runner.device.type == "cuda"
     # the last prompt token is the first step's root
-    hidden, topk = runner.prefill(prompt[:-1], top_k if prompt_topk else 0)
+    hidden, topk = runner.prefill(prompt[:-1], top_k if prompt_topk else 0, prefix=prefix)
+    stats.cached_tokens = runner.reused
     ctx.record(0, hidden, topk)
     if top_k and not prompt_topk:
         ctx.observed_topk(len(prompt) - 1)

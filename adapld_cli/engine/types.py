@@ -55,6 +55,7 @@ class Stats:
     lexical_accepted: int = 0  # tokens accepted from the copied main chain
     accept_hist: dict[int, int] = field(default_factory=dict)  # tokens per pass -> count
     ar_step_s: float = 0.0  # measured seconds of one single-token decode pass (0 = unknown)
+    cached_tokens: int = 0  # prompt positions taken over from a prefix cache (not prefilled)
 
     @property
     def mean_accepted(self) -> float:

@@ -94,6 +94,7 @@ class Generator:
         self._jobs: queue.Queue[Job | None] = queue.Queue()
         self._thread = threading.Thread(target=self._work, name="adapld-generate", daemon=True)
         self.current: Job | None = None
+        self.prefix: Any = None  # engine.PrefixCache of the generation thread (made there)
 
     # -- requests -----------------------------------------------------------------------
     def job(self, request: ChatRequest, post: Post) -> Job:
@@ -178,8 +179,10 @@ class Generator:
 
     def run(self, job: Job) -> None:
         """Generate one job, posting pieces and the end (see the module contract)."""
-        from adapld_cli.engine import stream
+        from adapld_cli.engine import PrefixCache, stream
 
+        if self.prefix is None:  # one generation at a time uses it (this thread)
+            self.prefix = PrefixCache()
         tok = self.loaded.tokenizer
         cutter = TextCutter(tok, job.request.stop)
         tokens: list[int] = []
@@ -192,6 +195,7 @@ class Generator:
             method=self.method,
             tokenizer=tok,
             reference=job.reference,
+            prefix=self.prefix,
         )
         try:
             for event in events:
@@ -218,6 +222,8 @@ class Generator:
             "prompt_tokens": len(job.prompt),
             "completion_tokens": len(tokens),
             "total_tokens": len(job.prompt) + len(tokens),
+            # prompt positions whose prefill the previous request's prefix cache covered
+            "prompt_tokens_details": {"cached_tokens": stats.cached_tokens},
             "completion_tokens_details": {
                 "accepted_prediction_tokens": accepted,
                 "rejected_prediction_tokens": rejected,

@@ -163,7 +163,7 @@ def _check_markdown(text, doc):
         assert all(re.fullmatch(r"\d+\.\d+x?", cell) for cell in row[3:8]), row
     assert speed[0][6:8] == ["1.00x", "1.00x"]  # ar against itself
     assert tables[1][0] == ["method", "F", "T", "draft acc", "no-hit", "sem steps/acc",
-                            "branch steps/acc", "peak MiB"]  # fmt: skip
+                            "branch steps/acc", "host ms/pass", "peak MiB"]  # fmt: skip
     for row in draft:
         s = doc["methods"][row[0]]
         assert row[1:3] == [str(s["forward_passes"]), f"{s['mean_accepted']:.2f}"], row
@@ -172,6 +172,12 @@ def _check_markdown(text, doc):
             assert tuple(row[3:5]) == rates, row
         assert row[5] == f"{s['semantic_steps']}/{s['semantic_accepted']}", row
         assert row[6] == f"{s['branch_steps']}/{s['branch_accepted']}", row
+        # the engine's own work per pass: measured for adapld's methods, not for transformers'
+        if row[0] in ("hf", "hf-pld"):
+            assert row[7] == "-" and s["host_ms_per_pass"] is None, row
+        else:
+            assert re.fullmatch(r"\d+\.\d\d", row[7]), row
+            assert 0 < s["host_ms_per_pass"] < s["decode_s"] / s["forward_passes"] * 1e3, row
     for row, name in zip(draft, ("ar", "hf"), strict=False):  # one token per pass, no drafts
         assert row[:7] == [name, "80", "1.00", "-", "-", "0/0", "0/0"]
     assert tables[2][0] == ["task", "tokens", *[f"{m} x (T)" for m in methods]]

@@ -55,6 +55,7 @@ def _summary(rs: list[dict[str, Any]]) -> dict[str, Any]:
             hist[int(k)] = hist.get(int(k), 0) + v
         stops[str(r["stop_reason"])] = stops.get(str(r["stop_reason"]), 0) + 1
     peaks = [r["peak_rss_mb"] for r in rs if r["peak_rss_mb"] is not None]
+    pass_s = sum(r.get("pass_s") or 0 for r in rs)  # 0: not measured (baselines, old reports)
     drafted = total("drafted_tokens")
     return {
         "tasks": len(rs),
@@ -70,6 +71,9 @@ def _summary(rs: list[dict[str, Any]]) -> dict[str, Any]:
         "speedup_max": round(max(speed), 4) if speed else None,
         "forward_passes": passes,
         "mean_accepted": round(n_tok / passes, 4) if passes else 0.0,
+        "host_ms_per_pass": round(max(0.0, t_dec - pass_s) / passes * 1e3, 3)
+        if passes and pass_s > 0
+        else None,
         "drafted_tokens": int(drafted),
         "accepted_draft_tokens": int(total("accepted_draft_tokens")),
         "draft_acceptance": round(total("accepted_draft_tokens") / drafted, 4) if drafted else None,
@@ -173,6 +177,7 @@ DRAFT_COLUMNS = (
     ("no-hit", "lexical_nohit_rate", "{:.0%}"),
     ("sem steps/acc", None, None),
     ("branch steps/acc", None, None),
+    ("host ms/pass", "host_ms_per_pass", "{:.2f}"),
     ("peak MiB", "peak_rss_mb", "{:.0f}"),
 )
 
@@ -244,7 +249,8 @@ def rich_table(doc: dict[str, Any]) -> Any:
     meta = doc.get("meta", {})
     titles = (
         f"adapld bench · {meta.get('model', '?')} · {meta.get('n_tasks', '?')} tasks · speed",
-        "drafting (F passes, T tokens/pass, no-hit = lexical misses, steps/accepted tokens)",
+        "drafting (F passes, T tokens/pass, no-hit = lexical misses, steps/accepted tokens,"
+        " host = the engine's own work per pass outside the forward and acceptance walk)",
     )
     tables = []
     for title, columns in zip(titles, (SPEED_COLUMNS, DRAFT_COLUMNS), strict=True):

@@ -149,7 +149,9 @@ def _decode(
         t_pass = time.perf_counter()
         out = runner.step(tree.tokens, None if chain else tree.depths, mask)
         path, bonus = accept(tree, chooser.bind(out.logits))
-        ctx.cost.observe(len(tree), time.perf_counter() - t_pass)
+        pass_s = time.perf_counter() - t_pass
+        ctx.cost.observe(len(tree), pass_s)
+        stats.pass_s += pass_s
 
         runner.keep(root_pos, path)
         rows = torch.tensor(path, device=runner.device)

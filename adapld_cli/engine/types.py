@@ -56,6 +56,9 @@ class Stats:
     accept_hist: dict[int, int] = field(default_factory=dict)  # tokens per pass -> count
     ar_step_s: float = 0.0  # measured seconds of one single-token decode pass (0 = unknown)
     cached_tokens: int = 0  # prompt positions taken over from a prefix cache (not prefilled)
+    pass_s: float = 0.0  # seconds of the decode passes themselves: forward + acceptance walk
+    # (LM head included); decode_s - pass_s is the engine's own host work (drafting, masks,
+    # cache compaction, bookkeeping)
 
     @property
     def mean_accepted(self) -> float:
@@ -66,6 +69,13 @@ class Stats:
     def lexical_nohit_rate(self) -> float:
         n = self.lexical_steps + self.lexical_nohit_steps
         return self.lexical_nohit_steps / n if n else 0.0
+
+    @property
+    def host_ms_per_pass(self) -> float:
+        """Milliseconds per decode pass spent outside the passes themselves (0 if none)."""
+        if not self.forward_passes:
+            return 0.0
+        return max(0.0, self.decode_s - self.pass_s) / self.forward_passes * 1e3
 
     @property
     def total_s(self) -> float:

@@ -600,8 +600,9 @@ inline void close_block(bool q4, int64_t M, const float* xs, int64_t S, __m512 d
 // group-by-group form overlaps the weight stream with its products better), hence the bound.
 constexpr int64_t BLOCKED_ROWS = 64;
 
-// Unpack groups g0 .. g1 - 1 of tile t into wb[(g - g0) * P + i] (VNNI dwords: 4 inputs of
-// 16 columns) and their scales into scb[g - g0].
+// Unpack groups g0 .. g1 - 1 of tile t into wb[(g - g0) * P + i] (VNNI dwords: dword c of
+// vector i = q[c][4i .. 4i + 3] as bytes, q6: + 32) and their scales into scb[g - g0]; both
+// forms of mm_i8 unpack with these (the group-by-group one a group at a time).
 inline void unpack_q4(const uint8_t* Q, const uint8_t* SC, int64_t t, int64_t K, int64_t G,
                       int64_t g0, int64_t g1, __m512i* wb, __m512i* scb) {
   const __m512i nib = _mm512_set1_epi32(0x0F0F0F0F);
@@ -752,7 +753,6 @@ torch::Tensor mm_i8(std::string kind, torch::Tensor x, torch::Tensor qp, torch::
     mm_i8_blocked(q4, qx, M, K, T, G, S, Q, SC, DD, PR, Bias, out_f32, Y);
     return y;
   }
-  const __m512i nib = _mm512_set1_epi32(0x0F0F0F0F);
   at::parallel_for(0, T, 1, [&](int64_t t0, int64_t t1) {
     alignas(64) __m512i w[8];
     std::vector<__m512> acc(M);
@@ -765,32 +765,12 @@ torch::Tensor mm_i8(std::string kind, torch::Tensor x, torch::Tensor qp, torch::
       for (int64_t g = 0; g < G; ++g) {
         prefetch_group(Q + (t * (K / 2) + (g + PREFETCH_GROUPS) * (group / 2)) * (q4 ? 16 : 32),
                        SC + (t * G + g + PREFETCH_GROUPS) * (q4 ? 32 : 16));
+        __m512i scv;
         if (q4) {
-          const uint8_t* qg = Q + (t * (K / 2) + g * 16) * 16;
-#pragma GCC unroll 8
-          for (int i = 0; i < 8; ++i) {  // dword c = q[c][4i .. 4i + 3] as bytes
-            const __m512i b0 =
-                _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i*)(qg + 32 * i)));
-            const __m512i b1 =
-                _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i*)(qg + 32 * i + 16)));
-            const __m512i v = _mm512_or_si512(b0, _mm512_slli_epi32(b1, 16));
-            w[i] = _mm512_ternarylogic_epi32(v, _mm512_slli_epi32(v, 4), nib, 0xA8);
-          }
-          const __m512i scv = _mm512_cvtepu8_epi32(
-              _mm_loadu_si128((const __m128i*)(SC + ((t * G + g) * 2) * 16)));
+          unpack_q4(Q, SC, t, K, G, g, g + 1, w, &scv);
           dots_all<8>(qx.xq.data(), K, M, g, w, scv, A.data());
         } else {
-          const uint8_t* qg = Q + (t * (K / 2) + g * 8) * 32;
-#pragma GCC unroll 4
-          for (int i = 0; i < 4; ++i) {  // dword c = q[c][4i .. 4i + 3] + 32 as bytes
-            const __m512i a =
-                _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i*)(qg + 64 * i)));
-            const __m512i b =
-                _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i*)(qg + 64 * i + 32)));
-            w[i] = _mm512_or_si512(a, _mm512_slli_epi32(b, 16));
-          }
-          const __m512i scv = _mm512_cvtepi8_epi32(
-              _mm_loadu_si128((const __m128i*)(SC + (t * G + g) * 16)));
+          unpack_q6(Q, SC, t, K, G, g, g + 1, w, &scv);
           dots_all<4>(qx.xq.data(), K, M, g, w, scv, A.data());
         }
         if (g % 2 == 1 || g == G - 1)

@@ -236,12 +236,12 @@ class ModelRunner:
             self._keep_final,
             chunk,
         )
-        start = prefix.shared(key, ids, chunk) if prefix is not None else 0
-        self.reused = start
+        taken, entry = prefix.lookup(key, ids, chunk) if prefix is not None else (0, None)
+        self.reused = taken
         with torch.inference_mode():
-            if start:
-                self._adopt(prefix.take(start), start, hiddens, topks)
-            for s in range(start, len(ids), chunk):
+            if entry is not None:
+                self._adopt(entry, taken, hiddens, topks)
+            for s in range(taken, len(ids), chunk):
                 start = self.cache_len
                 last = self._run(ids[s : s + chunk], start, None, None)
                 self._store_final(start, last)

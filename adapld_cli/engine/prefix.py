@@ -41,24 +41,18 @@ class PrefixCache:
         self.max_tokens = max_tokens
         self._entry: _Entry | None = None
 
-    def clear(self) -> None:
-        self._entry = None
-
-    def shared(self, key: tuple[Any, ...], ids: list[int], chunk: int) -> int:
-        """How many leading positions of ``ids`` can be taken over: whole chunks only."""
+    def lookup(self, key: tuple[Any, ...], ids: list[int], chunk: int) -> tuple[int, _Entry | None]:
+        """``(n, entry)``: how many leading positions of ``ids`` can be taken over (whole
+        chunks only; callers slice ``entry``'s rows to ``n``), or ``(0, None)``."""
         e = self._entry
         if e is None or e.key != key:
-            return 0
+            return 0, None
         n = 0
         limit = min(len(e.ids), len(ids))
         while n < limit and e.ids[n] == ids[n]:
             n += 1
-        return n // chunk * chunk
-
-    def take(self, n: int) -> _Entry:
-        """The kept rows (callers slice the first ``n``); only after :meth:`shared` > 0."""
-        assert self._entry is not None and n <= len(self._entry.ids)
-        return self._entry
+        n = n // chunk * chunk
+        return n, (e if n else None)
 
     def keep(
         self,
@@ -77,8 +71,8 @@ class PrefixCache:
             self._entry = None
             return
 
-        def rows(t: torch.Tensor | None, dim: int = 0) -> torch.Tensor | None:
-            return None if t is None else t.narrow(dim, 0, n).clone()
+        def rows(t: torch.Tensor | None) -> torch.Tensor | None:
+            return None if t is None else t[:n].clone()
 
         self._entry = _Entry(
             key=key,

@@ -71,13 +71,6 @@ class Stats:
         return self.lexical_nohit_steps / n if n else 0.0
 
     @property
-    def host_ms_per_pass(self) -> float:
-        """Milliseconds per decode pass spent outside the passes themselves (0 if none)."""
-        if not self.forward_passes:
-            return 0.0
-        return max(0.0, self.decode_s - self.pass_s) / self.forward_passes * 1e3
-
-    @property
     def total_s(self) -> float:
         return self.prefill_s + self.decode_s
 

@@ -502,12 +502,21 @@ struct QuantRows {
   std::vector<int32_t> qp;  // [M][ceil(G / 2)]: sum(xq) of groups 2j, 2j + 1 as two int16
 };
 
+// Each row's 256-input blocks quantized in parallel, written straight into the row-block
+// interleaved layout, with the group sums: the same values as quantizing rows one by one.
 QuantRows quantize_rows(const at::BFloat16* x, int64_t M, int64_t K, int64_t group) {
   const int64_t S = (K + 255) / 256, G = K / group, GP = (G + 1) / 2;
-  QuantRows out{std::vector<int32_t>(M * K / 4), std::vector<float>(M * S),
-                std::vector<int32_t>(M * GP, 0)};
-  std::vector<int8_t> q8(M * K);
-  std::vector<int32_t> gs(M * G, 0);
+  QuantRows out;
+  out.xq.resize(M * K / 4);
+  out.xs.resize(M * S);
+  out.qp.assign(M * GP, 0);
+  int16_t* q16 = (int16_t*)out.qp.data();  // int16 [M][2 GP]: group g of row m at m 2GP + g
+  std::vector<int64_t> base(M), stride(M);  // row m: dword p at base + p * stride
+  for (int64_t m0 = 0; m0 < M;) {
+    const int R = block_rows(M, m0);
+    for (int r = 0; r < R; ++r) base[m0 + r] = m0 * K / 4 + r, stride[m0 + r] = R;
+    m0 += R;
+  }
   at::parallel_for(0, M * S, 16, [&](int64_t b0, int64_t b1) {
     for (int64_t b = b0; b < b1; ++b) {
       const int64_t m = b / S, s = b % S, k0 = s * 256, n = std::min<int64_t>(256, K - k0);
@@ -518,25 +527,20 @@ QuantRows quantize_rows(const at::BFloat16* x, int64_t M, int64_t K, int64_t gro
       const float top = _mm512_reduce_max_ps(amax);
       const __m512 inv = _mm512_set1_ps(top > 0.f ? 127.f / top : 0.f);
       out.xs[b] = top / 127.f;
+      int32_t* dst = out.xq.data() + base[m];
+      const int64_t st = stride[m];
       for (int64_t k = 0; k < n; k += 16) {  // group >= 16: a chunk is in one group
         const __mmask16 mk = tail_mask(n - k);
         const __m512i q = _mm512_cvtps_epi32(_mm512_mul_ps(load16<at::BFloat16>(p + k, mk), inv));
-        _mm_mask_storeu_epi8(q8.data() + m * K + k0 + k, mk, _mm512_cvtepi32_epi8(q));
+        alignas(16) int32_t d4[4];
+        _mm_store_si128((__m128i*)d4, _mm512_cvtepi32_epi8(_mm512_maskz_mov_epi32(mk, q)));
+        const int64_t p0 = (k0 + k) / 4;
+        for (int i = 0; i < 4 && 4 * i < n - k; ++i) dst[(p0 + i) * st] = d4[i];
         const int64_t g = (k0 + k) / group;
-        if (g < G) gs[m * G + g] += _mm512_reduce_add_epi32(_mm512_maskz_mov_epi32(mk, q));
+        if (g < G) q16[m * 2 * GP + g] += (int16_t)_mm512_reduce_add_epi32(_mm512_maskz_mov_epi32(mk, q));
       }
     }
   });
-  const int32_t* q32 = (const int32_t*)q8.data();
-  for (int64_t m0 = 0; m0 < M;) {
-    const int R = block_rows(M, m0);
-    for (int r = 0; r < R; ++r)
-      for (int64_t p = 0; p < K / 4; ++p) out.xq[m0 * K / 4 + p * R + r] = q32[(m0 + r) * K / 4 + p];
-    m0 += R;
-  }
-  for (int64_t m = 0; m < M; ++m)  // |sum| <= 32 * 127: fits int16
-    for (int64_t g = 0; g < G; ++g)
-      out.qp[m * GP + g / 2] |= (gs[m * G + g] & 0xFFFF) << (16 * (g % 2));
   return out;
 }
 
@@ -666,6 +670,34 @@ inline void block_sums_any(int R, const int32_t* x, int64_t g0, int64_t ng, cons
   else block_sums<1, P>(x, g0, ng, wb, scb, out);
 }
 
+// The end of super-block s for the R rows of one full row block from row m: B summed over
+// the NJ group pairs, then close_block's float steps, rows interleaved (compile-time sizes).
+template <int R, bool Q4, int NJ>
+inline void close_rows(const QuantRows& qx, int64_t m, int64_t S, int64_t s, int64_t GP,
+                       int64_t j0, const __m512i* pr, __m512 d, __m512 dmin, const __m512i* A,
+                       __m512* acc) {
+  __m512i B[R];
+  for (int r = 0; r < R; ++r) B[r] = _mm512_setzero_si512();
+  const int32_t* qp = qx.qp.data() + m * GP + j0;
+#pragma GCC unroll 8
+  for (int j = 0; j < NJ; ++j)
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) B[r] = _mm512_dpwssd_epi32(B[r], pr[j], _mm512_set1_epi32(qp[r * GP + j]));
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+    const __m512 x = _mm512_set1_ps(qx.xs[(m + r) * S + s]);
+    __m512 a = acc[m + r];
+    if (Q4) {
+      a = _mm512_fmadd_ps(_mm512_cvtepi32_ps(A[r]), _mm512_mul_ps(d, x), a);
+      a = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(B[r]), _mm512_mul_ps(dmin, x), a);
+    } else {
+      const __m512i v = _mm512_sub_epi32(A[r], _mm512_slli_epi32(B[r], 5));
+      a = _mm512_fmadd_ps(_mm512_cvtepi32_ps(v), _mm512_mul_ps(d, x), a);
+    }
+    acc[m + r] = a;
+  }
+}
+
 // mm_i8 for M >= 4 (see above): tiles split over threads, super-blocks in order per tile.
 void mm_i8_blocked(bool q4, const QuantRows& qx, int64_t M, int64_t K, int64_t T, int64_t G,
                    int64_t S, const uint8_t* Q, const uint8_t* SC, const float* DD,
@@ -698,12 +730,17 @@ void mm_i8_blocked(bool q4, const QuantRows& qx, int64_t M, int64_t K, int64_t T
           const int32_t* x = qx.xq.data() + m * K / 4;
           if (P == 8) block_sums_any<8>(R, x, g0, ng, wb, scb, Ab);
           else block_sums_any<4>(R, x, g0, ng, wb, scb, Ab);
-          for (int r = 0; r < R; ++r) {
-            const int64_t row = m + r;
-            __m512i B = _mm512_setzero_si512();
-            for (int64_t j = j0; j < j1; ++j)
-              B = _mm512_add_epi32(B, _mm512_madd_epi16(pr[j - j0], _mm512_set1_epi32(qx.qp[row * GP + j])));
-            close_block(q4, 1, qx.xs.data() + row * S + s, S, d, dmin, &Ab[r], &B, &acc[row]);
+          if (ng == per && R == RB) {  // a full super-block and row block: unrolled
+            if (q4) close_rows<RB, true, 4>(qx, m, S, s, GP, j0, pr, d, dmin, Ab, acc.data());
+            else close_rows<RB, false, 8>(qx, m, S, s, GP, j0, pr, d, dmin, Ab, acc.data());
+          } else {
+            for (int r = 0; r < R; ++r) {
+              const int64_t row = m + r;
+              __m512i B = _mm512_setzero_si512();
+              for (int64_t j = j0; j < j1; ++j)
+                B = _mm512_add_epi32(B, _mm512_madd_epi16(pr[j - j0], _mm512_set1_epi32(qx.qp[row * GP + j])));
+              close_block(q4, 1, qx.xs.data() + row * S + s, S, d, dmin, &Ab[r], &B, &acc[row]);
+            }
           }
           m += R;
         }

@@ -572,13 +572,6 @@ inline void dots_all(const int32_t* xq, int64_t K, int64_t M, int64_t g, const _
   }
 }
 
-// B[m] += p16 . (the pair of group sums of row m), for the pair of groups j.
-inline void pair_sums(int64_t M, const int32_t* qp, int64_t GP, int64_t j, __m512i p16,
-                      __m512i* B) {
-  for (int64_t m = 0; m < M; ++m)
-    B[m] = _mm512_add_epi32(B[m], _mm512_madd_epi16(p16, _mm512_set1_epi32(qp[m * GP + j])));
-}
-
 // Per row at the end of super-block s: q4 acc += d xs A - dmin xs B, q6 acc += d xs (A - 32 B).
 inline void close_block(bool q4, int64_t M, const float* xs, int64_t S, __m512 d, __m512 dmin,
                         __m512i* A, __m512i* B, __m512* acc) {
@@ -698,6 +691,31 @@ inline void close_rows(const QuantRows& qx, int64_t m, int64_t S, int64_t s, int
   }
 }
 
+// close_rows for the R rows of any row block from row m (pairs j0 .. j1 - 1 of super-block s;
+// full: all of its groups are there): unrolled for a full super-block (R = 8, 4 or 1), else
+// row by row with the same integers and float steps. A[r] is the row's integer sum.
+inline void close_rows_any(bool q4, int R, bool full, const QuantRows& qx, int64_t m, int64_t S,
+                                           int64_t s, int64_t GP, int64_t j0, int64_t j1, const __m512i* pr,
+                           __m512 d, __m512 dmin, const __m512i* A, __m512* acc) {
+  if (full) {
+#define ADAPLD_CLOSE(N)                                                            \
+  if (q4) close_rows<N, true, 4>(qx, m, S, s, GP, j0, pr, d, dmin, A, acc);        \
+  else close_rows<N, false, 8>(qx, m, S, s, GP, j0, pr, d, dmin, A, acc);
+    if (R == RB) { ADAPLD_CLOSE(RB) }
+    else if (R == 4) { ADAPLD_CLOSE(4) }
+    else { ADAPLD_CLOSE(1) }
+#undef ADAPLD_CLOSE
+    return;
+  }
+  for (int r = 0; r < R; ++r) {
+    const int64_t row = m + r;
+    __m512i a = A[r], B = _mm512_setzero_si512();
+    for (int64_t j = j0; j < j1; ++j)
+      B = _mm512_add_epi32(B, _mm512_madd_epi16(pr[j - j0], _mm512_set1_epi32(qx.qp[row * GP + j])));
+    close_block(q4, 1, qx.xs.data() + row * S + s, S, d, dmin, &a, &B, &acc[row]);
+  }
+}
+
 // mm_i8 for M >= 4 (see above): tiles split over threads, super-blocks in order per tile.
 void mm_i8_blocked(bool q4, const QuantRows& qx, int64_t M, int64_t K, int64_t T, int64_t G,
                    int64_t S, const uint8_t* Q, const uint8_t* SC, const float* DD,
@@ -730,18 +748,7 @@ void mm_i8_blocked(bool q4, const QuantRows& qx, int64_t M, int64_t K, int64_t T
           const int32_t* x = qx.xq.data() + m * K / 4;
           if (P == 8) block_sums_any<8>(R, x, g0, ng, wb, scb, Ab);
           else block_sums_any<4>(R, x, g0, ng, wb, scb, Ab);
-          if (ng == per && R == RB) {  // a full super-block and row block: unrolled
-            if (q4) close_rows<RB, true, 4>(qx, m, S, s, GP, j0, pr, d, dmin, Ab, acc.data());
-            else close_rows<RB, false, 8>(qx, m, S, s, GP, j0, pr, d, dmin, Ab, acc.data());
-          } else {
-            for (int r = 0; r < R; ++r) {
-              const int64_t row = m + r;
-              __m512i B = _mm512_setzero_si512();
-              for (int64_t j = j0; j < j1; ++j)
-                B = _mm512_add_epi32(B, _mm512_madd_epi16(pr[j - j0], _mm512_set1_epi32(qx.qp[row * GP + j])));
-              close_block(q4, 1, qx.xs.data() + row * S + s, S, d, dmin, &Ab[r], &B, &acc[row]);
-            }
-          }
+          close_rows_any(q4, R, ng == per, qx, m, S, s, GP, j0, j1, pr, d, dmin, Ab, acc.data());
           m += R;
         }
       }
@@ -791,13 +798,13 @@ torch::Tensor mm_i8(std::string kind, torch::Tensor x, torch::Tensor qp, torch::
     return y;
   }
   at::parallel_for(0, T, 1, [&](int64_t t0, int64_t t1) {
-    alignas(64) __m512i w[8];
+    alignas(64) __m512i w[8], pr[8];
     std::vector<__m512> acc(M);
-    std::vector<__m512i> A(M), B(M);
+    std::vector<__m512i> A(M);
     for (int64_t t = t0; t < t1; ++t) {
       for (int64_t m = 0; m < M; ++m) {
         acc[m] = _mm512_setzero_ps();
-        A[m] = B[m] = _mm512_setzero_si512();
+        A[m] = _mm512_setzero_si512();
       }
       for (int64_t g = 0; g < G; ++g) {
         prefetch_group(Q + (t * (K / 2) + (g + PREFETCH_GROUPS) * (group / 2)) * (q4 ? 16 : 32),
@@ -810,15 +817,19 @@ torch::Tensor mm_i8(std::string kind, torch::Tensor x, torch::Tensor qp, torch::
           unpack_q6(Q, SC, t, K, G, g, g + 1, w, &scv);
           dots_all<4>(qx.xq.data(), K, M, g, w, scv, A.data());
         }
-        if (g % 2 == 1 || g == G - 1)
-          pair_sums(M, qx.qp.data(), GP, g / 2,
-                    _mm512_loadu_si512(PR + (t * GP + g / 2) * 32), B.data());
-        if (g % per == per - 1 || g == G - 1) {
-          const int64_t s = g / per;
+        if (g % 2 == 1 || g == G - 1)  // this pair's B multipliers, loaded as the pairs go by
+          pr[(g & (per - 1)) / 2] = _mm512_loadu_si512(PR + (t * GP + g / 2) * 32);
+        if ((g & (per - 1)) == per - 1 || g == G - 1) {  // the end of super-block s
+          const int64_t s = g / per, g0 = s * per, j0 = g0 / 2, j1 = (g + 2) / 2;
           const float* d = DD + (t * S + s) * (q4 ? 32 : 16);
-          close_block(q4, M, qx.xs.data() + s, S, _mm512_loadu_ps(d),
-                      q4 ? _mm512_loadu_ps(d + 16) : _mm512_setzero_ps(), A.data(), B.data(),
-                      acc.data());
+          const __m512 dv = _mm512_loadu_ps(d), dmin = q4 ? _mm512_loadu_ps(d + 16) : _mm512_setzero_ps();
+          for (int64_t m = 0; m < M;) {
+            const int R = block_rows(M, m);
+            close_rows_any(q4, R, g + 1 - g0 == per, qx, m, S, s, GP, j0, j1, pr, dv, dmin, &A[m],
+                           acc.data());
+            for (int r = 0; r < R; ++r) A[m + r] = _mm512_setzero_si512();
+            m += R;
+          }
         }
       }
       for (int64_t m = 0; m < M; ++m) store_row(acc[m], Bias, t, out_f32, Y, m * T * 16 + t * 16);

@@ -164,6 +164,14 @@ def test_kquant_gguf_loads_on_the_kernels_and_stays_exact(kquant_gguf, monkeypat
     # with int8 activations, fed the same 8-bit inputs).
     plain = load(str(kquant_gguf), device="cpu", dtype="bfloat16", weights="dequantized")
     assert plain.weights == "dequantized" and plain.path != loaded.path
+    # The embedding stays in its GGUF blocks, each row the dequantised table's bit for bit.
+    from adapld_cli.model.convert import packed_embedding_class
+
+    embed = model.get_input_embeddings()
+    assert isinstance(embed, packed_embedding_class())
+    every = torch.arange(embed.num_embeddings)[None]
+    with torch.no_grad():
+        assert torch.equal(embed(every), plain.model.get_input_embeddings()(every))
     if activations == "int8":
         for name in kinds:
             plain.model.model.layers[0].get_submodule(name).register_forward_pre_hook(

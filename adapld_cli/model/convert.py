@@ -358,10 +358,14 @@ def _write_packed(reader: Any, gguf_name: str, hf_name: str, out: Path) -> None:
 
 
 def restore_packed(model: Any, folder: Path | str) -> bool:
-    """Dequantise the embedding kept in GGUF blocks into ``model``; False if there is none.
+    """Put the embedding kept in GGUF blocks into ``model``; False if there is none.
 
-    Runs after ``from_pretrained`` (which leaves that parameter freshly initialised). The
-    values are cast to the parameter's dtype on its device.
+    After ``from_pretrained`` (which leaves that parameter freshly initialised) the table is
+    dequantised into it, cast to its dtype on its device. On a model built on empty weights
+    (``loader._load_quantized``: the parameter is on the meta device) the embedding module
+    becomes a ``PackedEmbedding`` (:func:`packed_embedding_class`) over the blocks instead:
+    the same values, row by row as they are looked up (no 3.5 s dequantisation of the 1.5B's
+    table per load, and 466 MB less memory).
     """
     path = Path(folder) / PACKED
     if not path.is_file():
@@ -373,17 +377,55 @@ def restore_packed(model: Any, folder: Path | str) -> bool:
     with safe_open(str(path), framework="np") as fh:
         meta = fh.metadata()
         raw = fh.get_tensor(meta["of"])
-    weights = dequantize(raw, GGMLQuantizationType(int(meta["ggml_type"])))
-    weights = weights.reshape(json.loads(meta["shape"]))
+    kind = GGMLQuantizationType(int(meta["ggml_type"]))
+    shape = json.loads(meta["shape"])
     param = model.get_parameter(meta["of"])
-    if param.is_meta:  # a model built on empty weights (loader._load_quantized)
-        owner, _, attr = meta["of"].rpartition(".")
-        value = torch.from_numpy(weights).to(param.dtype)
-        setattr(model.get_submodule(owner), attr, torch.nn.Parameter(value, requires_grad=False))
+    if param.is_meta:
+        owner = meta["of"].rpartition(".")[0]
+        parent, _, child = owner.rpartition(".")
+        blocks = raw.reshape(shape[0], -1)  # [rows, bytes per row]
+        module = packed_embedding_class()(blocks, kind, shape[1], param.dtype)
+        setattr(model.get_submodule(parent) if parent else model, child, module)
         return True
+    weights = dequantize(raw, kind).reshape(shape)
     with torch.no_grad():
         param.copy_(torch.from_numpy(weights))
     return True
+
+
+_EMBEDDING: type | None = None
+
+
+def packed_embedding_class() -> type:
+    """The ``PackedEmbedding`` module class (defined on first use: keeps torch out of imports).
+
+    An embedding table kept as GGUF blocks: ``ids [...] -> [..., dim]`` in ``dtype``, each
+    row the very values ``gguf`` gives dequantising the whole table (blocks are dequantised
+    on their own, then cast once)."""
+    global _EMBEDDING
+    if _EMBEDDING is not None:
+        return _EMBEDDING
+    import torch
+
+    class PackedEmbedding(torch.nn.Module):
+        def __init__(self, blocks: Any, kind: Any, dim: int, dtype: Any) -> None:
+            super().__init__()
+            self.blocks, self.kind, self.embedding_dim, self.dtype = blocks, kind, dim, dtype
+            self.num_embeddings = blocks.shape[0]  # blocks: numpy uint8 [rows, bytes per row]
+
+        def forward(self, ids: Any) -> Any:
+            from gguf import dequantize
+
+            rows = self.blocks[ids.reshape(-1).cpu().numpy()]
+            values = dequantize(rows, self.kind).reshape(-1, self.embedding_dim)
+            out = torch.from_numpy(values).to(self.dtype)
+            return out.reshape(*ids.shape, self.embedding_dim)
+
+        def extra_repr(self) -> str:
+            return f"{self.num_embeddings}, {self.embedding_dim}, {self.kind.name} blocks"
+
+    _EMBEDDING = PackedEmbedding
+    return _EMBEDDING
 
 
 def _write_cache(gguf: Path, out: Path, progress: bool, quantized: bool) -> None:

@@ -497,7 +497,7 @@ def load(
         except (OSError, ValueError) as exc:
             reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
             raise ModelError(f"cannot load model {target.spec}: {reason}") from exc
-    if folder is not None:
+    if folder is not None and not quantized:  # a quantized cache's was put in by _finish_quantized
         restore_packed(model, folder)
     model.eval()
     if kernels.supported(model) is None and kernels.resolve_mode() == "exact":

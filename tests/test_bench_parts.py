@@ -181,13 +181,17 @@ def test_help_has_no_type_metavars():
 
 def test_interrupted_run_keeps_rows_and_exits_130(tiny_models, tmp_path):
     """Ctrl-C during a real `adapld bench` run: the rows measured so far are reported, ``meta``
-    says so, exit 130. The second task's reference tests block (a script that sleeps), so the
-    signal arrives once the first task's rows are reported and before anything else is."""
+    says so, exit 130. The second task's reference tests block (a script that marks that it
+    runs, then sleeps), and the signal is sent once the first task's rows are reported and the
+    script is running: it lands in the wait for the tests, not in whatever the bench happens
+    to be doing a moment after printing a row (in full CI runs it sometimes landed before the
+    script ran and the bench then did not exit within a minute)."""
     from tests.conftest import RENAMED, SOURCE
     from tests.test_panel import _finish, _spawn
 
     task = {"before": SOURCE, "instruction_descriptive": "Rename foo to bar.", "after": RENAMED}
-    blocks = "import time\ntime.sleep(120)\n"
+    marker = tmp_path / "tests-running"
+    blocks = f"import pathlib, time\npathlib.Path({str(marker)!r}).touch()\ntime.sleep(120)\n"
     rows = [{**task, "full_name": "0_rename"}, {**task, "full_name": "1_blocks", "tests": blocks}]
     tasks = tmp_path / "tasks.jsonl"
     tasks.write_text("".join(json.dumps(r) + "\n" for r in rows))
@@ -197,10 +201,11 @@ def test_interrupted_run_keeps_rows_and_exits_130(tiny_models, tmp_path):
     proc, chunks, reader, master = _spawn(args, {}, tmp_path)
     deadline = time.monotonic() + 120
     while proc.poll() is None and time.monotonic() < deadline:
-        if b"[2/4]" in b"".join(chunks):  # the first task's two rows are reported
+        if b"[2/4]" in b"".join(chunks) and marker.exists():  # rows reported, tests running
             break
         time.sleep(0.1)
-    running, reported = proc.poll() is None, b"[2/4]" in b"".join(chunks)
+    reported = b"[2/4]" in b"".join(chunks) and marker.exists()
+    running = proc.poll() is None
     proc.send_signal(signal.SIGINT if reported else signal.SIGKILL)  # (out of time: kill)
     stdout = _finish(proc, reader, master, timeout=60)
     err = re.sub(r"\x1b\[[0-9;?]*[a-zA-Z]", "", b"".join(chunks).decode("utf-8", "replace"))

@@ -7,8 +7,10 @@ from __future__ import annotations
 import json
 import re
 import signal
+import subprocess
 import time
 import types
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -206,8 +208,14 @@ def test_interrupted_run_keeps_rows_and_exits_130(tiny_models, tmp_path):
         time.sleep(0.1)
     reported = b"[2/4]" in b"".join(chunks) and marker.exists()
     running = proc.poll() is None
+    status = Path(f"/proc/{proc.pid}/status")
+    sig = [x for x in status.read_text().splitlines() if x.startswith("Sig")] if running else []
     proc.send_signal(signal.SIGINT if reported else signal.SIGKILL)  # (out of time: kill)
-    stdout = _finish(proc, reader, master, timeout=60)
+    try:
+        stdout = _finish(proc, reader, master, timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        pytest.fail(f"no exit 60 s after SIGINT; the bench's signal state before it: {sig}")
     err = re.sub(r"\x1b\[[0-9;?]*[a-zA-Z]", "", b"".join(chunks).decode("utf-8", "replace"))
     assert running and reported and "[2/4] 0_rename adapld" in err, err
     assert proc.returncode == 130, err

@@ -81,6 +81,13 @@ def test_panel_hides_the_closing_fence(tiny_tokenizer, fence):
     assert not any(ln and set(ln) == {"`"} for ln in body)
 
 
+def _default_sigint() -> None:
+    """In the child before exec: SIGINT handled and unblocked, as a shell starts a command
+    (a disposition or mask inherited from the test process must not decide a Ctrl-C test)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
 def _spawn(args, env_extra, cwd):
     """Run `adapld` with stderr on a pty (80x24) and stdout on a pipe."""
     master, slave = os.openpty()
@@ -94,6 +101,7 @@ def _spawn(args, env_extra, cwd):
         stderr=slave,
         env=env,
         cwd=cwd,
+        preexec_fn=_default_sigint,
     )
     os.close(slave)
     chunks: list[bytes] = []

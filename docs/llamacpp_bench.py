@@ -22,7 +22,6 @@ How llama.cpp was built and the exact commands: README, Performance.
 from __future__ import annotations
 
 import json
-import sys
 import time
 import urllib.request
 from typing import Any
@@ -45,19 +44,51 @@ def _adapld_row(session: Any, prep: Any, task: Any, method: str) -> dict[str, An
     }
 
 
+def _llama_row(url: str, task: Any, prep: Any) -> dict[str, Any]:
+    """Send one case to ``llama-server``'s ``/completion`` (greedy, no prompt cache)."""
+    body = {
+        "prompt": prep.prompt.ids,
+        "n_predict": prep.config.max_new_tokens,
+        "temperature": 0.0,
+        "top_k": 1,
+        "cache_prompt": False,
+        "return_tokens": True,
+    }
+    request = urllib.request.Request(
+        url + "/completion", json.dumps(body).encode(), {"Content-Type": "application/json"}
+    )
+    start = time.perf_counter()
+    with urllib.request.urlopen(request, timeout=3600) as response:
+        reply = json.load(response)
+    wall = time.perf_counter() - start
+    timings = reply.get("timings", {})
+    return {
+        "task": task.name,
+        "engine": "llama.cpp",
+        "prompt_tokens": len(prep.prompt.ids),
+        "tokens": timings.get("predicted_n"),
+        "prefill_s": round(timings.get("prompt_ms", 0) / 1e3, 2),
+        "decode_s": round(timings.get("predicted_ms", 0) / 1e3, 2),
+        "wall_s": round(wall, 2),
+        "draft_n": timings.get("draft_n"),
+        "draft_accepted": timings.get("draft_n_accepted"),
+        "ids": reply.get("tokens"),
+    }
+
+
 def main() -> None:
+    import argparse
+
     from adapld_cli.bench.tasks import load_tasks
     from adapld_cli.edit import decode_source
     from adapld_cli.edit.session import EditSession
     from adapld_cli.model import load
 
-    args = sys.argv[1:]
-    method = None
-    if "--interleave" in args:
-        i = args.index("--interleave")
-        method = args[i + 1]
-        del args[i : i + 2]
-    url = args[0].rstrip("/") + "/completion"
+    parser = argparse.ArgumentParser(description="The llama.cpp rows of the README.")
+    parser.add_argument("url", help="llama-server's base URL, e.g. http://127.0.0.1:8080")
+    parser.add_argument("--interleave", metavar="METHOD", help="run adapld's METHOD before each")
+    args = parser.parse_args()
+    url, method = args.url.rstrip("/"), args.interleave
     session = EditSession(load("coder-1.5b", device="cpu"))
     tasks = load_tasks("adapld_cli/bench/edit_cases.jsonl")
     preps = [
@@ -69,39 +100,7 @@ def main() -> None:
     for task, prep in zip(tasks, preps, strict=True):
         if method:
             print(json.dumps(_adapld_row(session, prep, task, method)), flush=True)
-        body = {
-            "prompt": prep.prompt.ids,
-            "n_predict": prep.config.max_new_tokens,
-            "temperature": 0.0,
-            "top_k": 1,
-            "cache_prompt": False,
-            "return_tokens": True,
-        }
-        request = urllib.request.Request(
-            url, json.dumps(body).encode(), {"Content-Type": "application/json"}
-        )
-        start = time.perf_counter()
-        with urllib.request.urlopen(request, timeout=3600) as response:
-            reply = json.load(response)
-        wall = time.perf_counter() - start
-        timings = reply.get("timings", {})
-        print(
-            json.dumps(
-                {
-                    "task": task.name,
-                    "engine": "llama.cpp",
-                    "prompt_tokens": len(prep.prompt.ids),
-                    "tokens": timings.get("predicted_n"),
-                    "prefill_s": round(timings.get("prompt_ms", 0) / 1e3, 2),
-                    "decode_s": round(timings.get("predicted_ms", 0) / 1e3, 2),
-                    "wall_s": round(wall, 2),
-                    "draft_n": timings.get("draft_n"),
-                    "draft_accepted": timings.get("draft_n_accepted"),
-                    "ids": reply.get("tokens"),
-                }
-            ),
-            flush=True,
-        )
+        print(json.dumps(_llama_row(url, task, prep)), flush=True)
 
 
 if __name__ == "__main__":

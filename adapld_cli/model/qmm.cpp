@@ -535,7 +535,7 @@ QuantRows quantize_rows(const at::BFloat16* x, int64_t M, int64_t K, int64_t gro
         alignas(16) int32_t d4[4];
         _mm_store_si128((__m128i*)d4, _mm512_cvtepi32_epi8(_mm512_maskz_mov_epi32(mk, q)));
         const int64_t p0 = (k0 + k) / 4;
-        for (int i = 0; i < 4 && 4 * i < n - k; ++i) dst[(p0 + i) * st] = d4[i];
+        for (int i = 0; i < 4; ++i) dst[(p0 + i) * st] = d4[i];
         const int64_t g = (k0 + k) / group;
         if (g < G) q16[m * 2 * GP + g] += (int16_t)_mm512_reduce_add_epi32(_mm512_maskz_mov_epi32(mk, q));
       }
@@ -572,26 +572,23 @@ inline void dots_all(const int32_t* xq, int64_t K, int64_t M, int64_t g, const _
   }
 }
 
-// Per row at the end of super-block s: q4 acc += d xs A - dmin xs B, q6 acc += d xs (A - 32 B).
-inline void close_block(bool q4, int64_t M, const float* xs, int64_t S, __m512 d, __m512 dmin,
-                        __m512i* A, __m512i* B, __m512* acc) {
-  for (int64_t m = 0; m < M; ++m) {
-    const __m512 x = _mm512_set1_ps(xs[m * S]);
-    if (q4) {
-      acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(A[m]), _mm512_mul_ps(d, x), acc[m]);
-      acc[m] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(B[m]), _mm512_mul_ps(dmin, x), acc[m]);
-    } else {
-      const __m512i v = _mm512_sub_epi32(A[m], _mm512_slli_epi32(B[m], 5));
-      acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(v), _mm512_mul_ps(d, x), acc[m]);
-    }
-    A[m] = B[m] = _mm512_setzero_si512();
+// One row at the end of a super-block: q4 acc + d xs A - dmin xs B, q6 acc + d xs (A - 32 B)
+// (A, B the row's exact integer sums, xs its input scale for the super-block).
+inline __m512 close_row(bool q4, __m512i A, __m512i B, float xs, __m512 d, __m512 dmin,
+                        __m512 acc) {
+  const __m512 x = _mm512_set1_ps(xs);
+  if (q4) {
+    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(A), _mm512_mul_ps(d, x), acc);
+    return _mm512_fnmadd_ps(_mm512_cvtepi32_ps(B), _mm512_mul_ps(dmin, x), acc);
   }
+  const __m512i v = _mm512_sub_epi32(A, _mm512_slli_epi32(B, 5));
+  return _mm512_fmadd_ps(_mm512_cvtepi32_ps(v), _mm512_mul_ps(d, x), acc);
 }
 
 // ---- the blocked form, for M >= BLOCKED_ROWS: a super-block's weights unpacked once per tile
 // into a buffer, then for each row block the exact integer sums A stay in registers across its
 // groups and B is summed at the block's end: the same integers and the very float steps of
-// close_block in the same order, so every output is the group-by-group form's bit for bit.
+// close_row in the same order, so every output is the group-by-group form's bit for bit.
 // Measured on the 1.5B model (2 threads, weights streamed from memory): prefill chunks of 256
 // rows 11% faster, 64-row passes 2-15% faster, but 8- to 32-row passes 3-7% slower (the
 // group-by-group form overlaps the weight stream with its products better), hence the bound.
@@ -664,7 +661,7 @@ inline void block_sums_any(int R, const int32_t* x, int64_t g0, int64_t ng, cons
 }
 
 // The end of super-block s for the R rows of one full row block from row m: B summed over
-// the NJ group pairs, then close_block's float steps, rows interleaved (compile-time sizes).
+// the NJ group pairs, then close_row, rows interleaved (compile-time sizes).
 template <int R, bool Q4, int NJ>
 inline void close_rows(const QuantRows& qx, int64_t m, int64_t S, int64_t s, int64_t GP,
                        int64_t j0, const __m512i* pr, __m512 d, __m512 dmin, const __m512i* A,
@@ -677,42 +674,33 @@ inline void close_rows(const QuantRows& qx, int64_t m, int64_t S, int64_t s, int
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) B[r] = _mm512_dpwssd_epi32(B[r], pr[j], _mm512_set1_epi32(qp[r * GP + j]));
 #pragma GCC unroll 8
-  for (int r = 0; r < R; ++r) {
-    const __m512 x = _mm512_set1_ps(qx.xs[(m + r) * S + s]);
-    __m512 a = acc[m + r];
-    if (Q4) {
-      a = _mm512_fmadd_ps(_mm512_cvtepi32_ps(A[r]), _mm512_mul_ps(d, x), a);
-      a = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(B[r]), _mm512_mul_ps(dmin, x), a);
-    } else {
-      const __m512i v = _mm512_sub_epi32(A[r], _mm512_slli_epi32(B[r], 5));
-      a = _mm512_fmadd_ps(_mm512_cvtepi32_ps(v), _mm512_mul_ps(d, x), a);
-    }
-    acc[m + r] = a;
-  }
+  for (int r = 0; r < R; ++r)
+    acc[m + r] = close_row(Q4, A[r], B[r], qx.xs[(m + r) * S + s], d, dmin, acc[m + r]);
+}
+
+template <int R>
+inline void close_full(bool q4, const QuantRows& qx, int64_t m, int64_t S, int64_t s, int64_t GP,
+                       int64_t j0, const __m512i* pr, __m512 d, __m512 dmin, const __m512i* A,
+                       __m512* acc) {
+  if (q4) close_rows<R, true, 4>(qx, m, S, s, GP, j0, pr, d, dmin, A, acc);
+  else close_rows<R, false, 8>(qx, m, S, s, GP, j0, pr, d, dmin, A, acc);
 }
 
 // close_rows for the R rows of any row block from row m (pairs j0 .. j1 - 1 of super-block s;
 // full: all of its groups are there): unrolled for a full super-block (R = 8, 4 or 1), else
 // row by row with the same integers and float steps. A[r] is the row's integer sum.
 inline void close_rows_any(bool q4, int R, bool full, const QuantRows& qx, int64_t m, int64_t S,
-                                           int64_t s, int64_t GP, int64_t j0, int64_t j1, const __m512i* pr,
+                           int64_t s, int64_t GP, int64_t j0, int64_t j1, const __m512i* pr,
                            __m512 d, __m512 dmin, const __m512i* A, __m512* acc) {
-  if (full) {
-#define ADAPLD_CLOSE(N)                                                            \
-  if (q4) close_rows<N, true, 4>(qx, m, S, s, GP, j0, pr, d, dmin, A, acc);        \
-  else close_rows<N, false, 8>(qx, m, S, s, GP, j0, pr, d, dmin, A, acc);
-    if (R == RB) { ADAPLD_CLOSE(RB) }
-    else if (R == 4) { ADAPLD_CLOSE(4) }
-    else { ADAPLD_CLOSE(1) }
-#undef ADAPLD_CLOSE
-    return;
-  }
+  if (full && R == RB) return close_full<RB>(q4, qx, m, S, s, GP, j0, pr, d, dmin, A, acc);
+  if (full && R == 4) return close_full<4>(q4, qx, m, S, s, GP, j0, pr, d, dmin, A, acc);
+  if (full && R == 1) return close_full<1>(q4, qx, m, S, s, GP, j0, pr, d, dmin, A, acc);
   for (int r = 0; r < R; ++r) {
     const int64_t row = m + r;
-    __m512i a = A[r], B = _mm512_setzero_si512();
+    __m512i B = _mm512_setzero_si512();
     for (int64_t j = j0; j < j1; ++j)
       B = _mm512_add_epi32(B, _mm512_madd_epi16(pr[j - j0], _mm512_set1_epi32(qx.qp[row * GP + j])));
-    close_block(q4, 1, qx.xs.data() + row * S + s, S, d, dmin, &a, &B, &acc[row]);
+    acc[row] = close_row(q4, A[r], B, qx.xs[row * S + s], d, dmin, acc[row]);
   }
 }
 

@@ -1040,3 +1040,44 @@ def test_edit_case_cut_inside_its_last_function_is_emptied(kind, index):
         assert name == "_v" and not v.lost  # the instruction names every function, _v too
     else:
         assert v.lost and v.emptied == (name,), (task.name, kind, v.message)
+
+
+COLORSYS = """def rgb_to_hsv(r, g, b):
+    maxc = max(r, g, b)
+    minc = min(r, g, b)
+    v = maxc
+    if minc == maxc:
+        return 0.0, 0.0, v
+    s = (maxc - minc) / maxc
+    return 0.0, s, v
+
+
+def hsv_to_rgb(h, s, v):
+    if s == 0.0:
+        return v, v, v
+    i = int(h * 6.0)
+    f = (h * 6.0) - i
+    return v * f, v * (1.0 - s), v * i
+
+
+def uses():
+    return rgb_to_hsv(1, 2, 3), hsv_to_rgb(0.1, 0.2, 0.3)
+"""
+RENAME_HSV = "Rename the function rgb_to_hsv to rgb_to_hsv_color and update every call"
+
+
+def test_an_unasked_rename_beside_an_asked_one_is_lost():
+    """coder-1.5b, asked to rename ``rgb_to_hsv`` (CPython's colorsys, a real output), renamed
+    ``hsv_to_rgb`` to ``hsv_to_rgb_color`` too, body and calls alike: its callers would break.
+    When the instruction names the renames it wants, another one is not asked."""
+    asked = COLORSYS.replace("rgb_to_hsv", "rgb_to_hsv_color")
+    v = guard(COLORSYS, asked, RENAME_HSV)
+    assert not v.lost and v.renamed == (("rgb_to_hsv", "rgb_to_hsv_color"),)
+    both = asked.replace("hsv_to_rgb", "hsv_to_rgb_color")
+    v = guard(COLORSYS, both, RENAME_HSV)
+    assert v.lost and v.names == ("hsv_to_rgb",)
+    # its body edited too: still no rename the instruction asked for
+    edited = both.replace("return v, v, v", "return (v, v, v)")
+    assert guard(COLORSYS, edited, RENAME_HSV).names == ("hsv_to_rgb",)
+    # an instruction that names no new name leaves same-body renames allowed
+    assert not guard(COLORSYS, both, "rename the functions to end in _color").lost

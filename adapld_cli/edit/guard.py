@@ -52,7 +52,10 @@ Rules
      new name of the same kind and parent (``find_managers_manager_help`` ->
      ``find_manager_n_help``); or, for a definition not otherwise allowed, the result no
      longer uses the old name and the new definition holds most of its words
-     (:func:`absorbs`: ``class NFA`` rewritten as ``class DFA``);
+     (:func:`absorbs`: ``class NFA`` rewritten as ``class DFA``). The two unasked kinds (same
+     text, rewritten) do not count when the instruction asks for renames and names a new
+     name, unless it names the old or the new name of this one: asked to rename
+     ``rgb_to_hsv``, a result that also renamed ``hsv_to_rgb`` loses ``hsv_to_rgb``;
    - it moved: the same name of the same kind appeared under another parent and the
      instruction asks to move (:func:`asks_to_move`: ``move``, ``extract``, ``wrap``,
      ``convert``, ``refactor``, ``split``, ``group``, ``nest``, ``reorganise``,
@@ -533,7 +536,9 @@ def compare_items(
             parent = _missing_ancestor(item.name, status)
             if parent is not None and status[parent] != "absorbed?":
                 status[item.name] = status[parent]
-            elif result is not None and result.absorbed(item, exclude=partners.used):
+            elif result is not None and result.absorbed(
+                item, exclude=partners.used | partners.unasked
+            ):
                 status[item.name] = "allowed"
             else:
                 status[item.name] = "lost"
@@ -669,6 +674,7 @@ class _Partners:
         self.by_parent: dict[tuple[str, str], list[Item]] = {}
         self.named: dict[tuple[str, str], list[Item]] = {}
         asks_rename = _RENAME_RE.search(instruction) is not None
+        self.instruction = instruction
         self.asks_move = asks_to_move(instruction)
         for cand in added:
             parent, _, leaf = cand.name.rpartition(".")
@@ -685,6 +691,9 @@ class _Partners:
             for cands in self.named.values()
             for c in cands
         }
+        # the instruction asks for renames and names their new names: others were not asked
+        self.scoped = any(self.named.values())
+        self.unasked: set[int] = set()  # ids of added items refused as unasked renames
 
     def take(self, item: Item, *, unasked: bool = True) -> Item | None:
         """What ``item`` became: a rename partner (by text only when ``unasked``), else a
@@ -692,7 +701,8 @@ class _Partners:
         parent, _, leaf = item.name.rpartition(".")
         found = None
         if unasked and item.text:
-            found = self._first(self.by_text.get((item.kind, parent, _blank(item.text, leaf))))
+            same = self.by_text.get((item.kind, parent, _blank(item.text, leaf)), [])
+            found = self._first([c for c in same if self._may_rename(item, c)])
         if found is None:
             named = self.named.get((item.kind, parent), [])
             found = self._first([c for c in named if self.closest.get(id(c)) is item])
@@ -707,8 +717,26 @@ class _Partners:
         rewritten as ``DFA``); the caller checks that the result no longer uses the old
         name."""
         parent = item.name.rpartition(".")[0]
-        cands = [c for c in self.by_parent.get((item.kind, parent), []) if absorbs([c], item)]
+        cands = [
+            c
+            for c in self.by_parent.get((item.kind, parent), [])
+            if self._may_rename(item, c) and absorbs([c], item)
+        ]
         return self._first(cands)
+
+    def _may_rename(self, item: Item, cand: Item) -> bool:
+        """Whether an unasked rename ``item`` -> ``cand`` counts: always, unless the
+        instruction asks for renames by name (:attr:`scoped`) and names neither: then it is
+        scope creep (asked to rename ``rgb_to_hsv``, the model renamed ``hsv_to_rgb`` too,
+        breaking its callers)."""
+        if (
+            not self.scoped
+            or names_in(item.name, self.instruction)
+            or names_in(cand.name, self.instruction)
+        ):
+            return True
+        self.unasked.add(id(cand))  # nor does it count as new code absorbing ``item``
+        return False
 
     def derived(self, item: Item) -> Item | None:
         """A name derived from a replaced one, replaced the same way: the instruction names

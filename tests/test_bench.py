@@ -112,6 +112,47 @@ def test_cli_all_methods_identical_on_scripted_model(tiny_models, tmp_path):
     assert "repeats" in r3.stderr
 
 
+@pytest.mark.parametrize(("script", "attempts", "first", "last"), [
+    ("broken", 2, "refused", "refused"),  # asked again, refused again (the answer is scripted)
+    ("rename", 2, "changed", "changed"),  # accepted: not asked again
+])  # fmt: skip
+def test_attempts_repair_and_count_per_method(tiny_models, tmp_path, script, attempts, first,
+                                              last):  # fmt: skip
+    """``--attempts``: each method repairs as ``adapld edit`` does; the report counts the
+    attempts, the refusals first and last, and pass@1 of the first attempt and the last;
+    every attempt of every lossless method equals ar's."""
+    tasks = _write_tasks(tmp_path / "tasks.jsonl")
+    md = tmp_path / "bench.md"
+    r = CliRunner(env={"COLUMNS": "160"}).invoke(
+        app,
+        [
+            "bench", "--model", str(tiny_models[script]), "--tasks", str(tasks),
+            "--methods", "ar,pld,adapld", "--json", "-", "--markdown", str(md), "--run-tests",
+            "--max-new-tokens", "64", "--threads", "1", "--attempts", str(attempts),
+        ],
+    )  # fmt: skip
+    assert r.exit_code == 0, r.stderr
+    doc = json.loads(r.stdout)
+    repaired = 2 if first != "changed" else 0
+    for name, s in doc["methods"].items():
+        assert s["identical_to_ar"] == 2 and doc["problems"] == [], name
+        assert s["repaired"] == repaired and s["attempts"] == 2 + repaired, name
+        assert s["first_refused"] == (2 if first == "refused" else 0), name
+        assert s["refused"] == (2 if last == "refused" else 0), name
+        assert s["pass_at_1_first"] == s["pass_at_1"] == (1.0 if last == "changed" else 0.0)
+    for row in doc["tasks"]:
+        assert (row["first_status"], row["status"]) == (first, last)
+        assert row["attempts"] == (attempts if repaired else 1)
+    if repaired:  # the second attempt's tokens are counted too
+        ar = [row for row in doc["tasks"] if row["method"] == "ar"]
+        assert all(row["forward_passes"] == row["new_tokens"] for row in ar)
+    quality = md.read_text().split("\n\n")[2].splitlines()
+    assert quality[0].startswith("| method | tested | pass@1 first | pass@1 | refused first/last")
+    refused = f"{2 if first == 'refused' else 0}/{2 if last == 'refused' else 0}"
+    assert quality[2].split(" | ")[4] == refused
+    assert "quality" in r.stderr
+
+
 def _random_model(tokenizer):
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM

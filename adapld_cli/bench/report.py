@@ -15,7 +15,9 @@ tasks of the per-task end-to-end tokens/s ratio to ``ar``), ``speedup_median``,
 decode pass), ``draft_acceptance``, ``lexical_nohit_rate``, ``semantic_steps``,
 ``semantic_accepted``, ``branch_steps``, ``branch_accepted``, ``peak_rss_mb``,
 ``identical_to_ar`` (tasks; ``None`` without ``ar``), ``compared_to_ar``, ``pass_at_1``
-(``None`` without tests), ``accept_hist``, ``stop_reasons``.
+(``None`` without tests; of the last attempt), ``pass_at_1_first`` (of the first attempt),
+``attempts`` (generations), ``repaired`` (tasks asked again), ``refused``, ``unchanged`` (last
+attempts), ``first_refused``, ``first_unchanged``, ``accept_hist``, ``stop_reasons``.
 """
 
 from __future__ import annotations
@@ -90,8 +92,30 @@ def _summary(rs: list[dict[str, Any]]) -> dict[str, Any]:
         if tested
         else None,
         "tests_run": len(tested),
+        **_quality(rs),
         "accept_hist": {str(k): v for k, v in sorted(hist.items())},
         "stop_reasons": stops,
+    }
+
+
+def _quality(rs: list[dict[str, Any]]) -> dict[str, Any]:
+    """What the edits came to, first attempt and last (rows of reports made before
+    ``--attempts`` count as one attempt each)."""
+    first = [r for r in rs if r.get("passed_first") is not None]
+
+    def count(key: str, value: str) -> int:
+        return sum(1 for r in rs if (r.get(key) or r.get("status")) == value)
+
+    return {
+        "pass_at_1_first": round(sum(1 for r in first if r["passed_first"]) / len(first), 4)
+        if first
+        else None,
+        "attempts": sum(r.get("attempts") or 1 for r in rs),
+        "repaired": sum(1 for r in rs if (r.get("attempts") or 1) > 1),
+        "refused": count("status", "refused"),
+        "unchanged": count("status", "unchanged"),
+        "first_refused": count("first_status", "refused"),
+        "first_unchanged": count("first_status", "unchanged"),
     }
 
 
@@ -182,9 +206,33 @@ DRAFT_COLUMNS = (
 )
 
 
-def _cell(header: str, key: str | None, fmt: str | None, name: str, s: dict[str, Any]) -> str:
+# what the edits came to (rendered when tests ran or a task took more than one attempt)
+QUALITY_COLUMNS = (
+    ("method", None, None),
+    ("tested", "tests_run", "{:d}"),
+    ("pass@1 first", "pass_at_1_first", "{:.0%}"),
+    ("pass@1", "pass_at_1", "{:.0%}"),
+    ("refused first/last", ("first_refused", "refused"), None),
+    ("unchanged first/last", ("first_unchanged", "unchanged"), None),
+    ("repaired", "repaired", "{:d}"),
+    ("attempts", "attempts", "{:d}"),
+)
+
+
+def _tables(doc: dict[str, Any]) -> list[tuple]:
+    """The column sets to render: speed, drafting and, when tests ran or a task was asked
+    again, quality."""
+    tables = [SPEED_COLUMNS, DRAFT_COLUMNS]
+    if any(s.get("tests_run") or s.get("repaired") for s in doc["methods"].values()):
+        tables.append(QUALITY_COLUMNS)
+    return tables
+
+
+def _cell(header: str, key: Any, fmt: str | None, name: str, s: dict[str, Any]) -> str:
     if header == "method":
         return name
+    if isinstance(key, tuple):
+        return "/".join(str(s.get(k, "-")) for k in key)
     if header == "sem steps/acc":
         return f"{s['semantic_steps']}/{s['semantic_accepted']}"
     if header == "branch steps/acc":
@@ -208,7 +256,7 @@ def table_cells(doc: dict[str, Any], columns: tuple = SPEED_COLUMNS) -> tuple[li
 def markdown(doc: dict[str, Any]) -> str:
     """Speed and drafting tables, and a per-task table (end-to-end speedup over ar, and T)."""
     lines: list[str] = []
-    for columns in (SPEED_COLUMNS, DRAFT_COLUMNS):
+    for columns in _tables(doc):
         headers, body = table_cells(doc, columns)
         if lines:
             lines.append("")
@@ -251,9 +299,11 @@ def rich_table(doc: dict[str, Any]) -> Any:
         f"adapld bench · {meta.get('model', '?')} · {meta.get('n_tasks', '?')} tasks · speed",
         "drafting (F passes, T tokens/pass, no-hit = lexical misses, steps/accepted tokens,"
         " host = the engine's own work per pass outside the forward and acceptance walk)",
+        "quality (pass@1 of the first attempt and of the last; refused / unchanged results;"
+        " repaired = tasks asked again, --attempts)",
     )
     tables = []
-    for title, columns in zip(titles, (SPEED_COLUMNS, DRAFT_COLUMNS), strict=True):
+    for title, columns in zip(titles, _tables(doc), strict=False):
         headers, body = table_cells(doc, columns)
         table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
         for i, h in enumerate(headers):

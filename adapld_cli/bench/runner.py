@@ -43,6 +43,7 @@ class BenchOptions:
     warmup: bool = True
     settings: AdaPLDSettings | None = None
     save_outputs: str | None = None  # folder: write each extracted file as <task>.<method>.py
+    attempts: int = 1  # generations per task and method, as `adapld edit --attempts`
 
 
 @dataclass
@@ -73,7 +74,9 @@ class BenchRunner:
 
         opts = self.options
         session = EditSession(
-            self.loaded, EditOptions(max_new_tokens=opts.max_new_tokens), opts.template
+            self.loaded,
+            EditOptions(max_new_tokens=opts.max_new_tokens, attempts=opts.attempts),
+            opts.template,
         )
         prepared = self._prepare(session)
         if opts.warmup and prepared:
@@ -108,11 +111,16 @@ class BenchRunner:
         task_rows: list[dict[str, Any]] = []
         ar_row: dict[str, Any] | None = None
         for method in opts.methods:
-            run = self._measure(method, prep.prompt.ids, prep.config)
-            result = session.judge(prep, run.tokens, run.stats, run.stop_reason)
+            run, first, result = self._attempts(session, method, prep)
             row = _row(task, method, run, result)
+            row["first_status"] = first.status
             if opts.run_tests and task.tests:
                 row["passed"] = testrun.passes(result.new_text, task.tests, opts.test_timeout)
+                row["passed_first"] = (
+                    row["passed"]
+                    if first is result
+                    else testrun.passes(first.new_text, task.tests, opts.test_timeout)
+                )
             if opts.save_outputs:
                 _save(opts.save_outputs, task, method, result.new_text)
             row["_tokens"] = run.tokens
@@ -127,6 +135,24 @@ class BenchRunner:
                 self.on_row(row, len(self.rows), total)
         for row in task_rows:
             row.pop("_tokens", None)
+
+    def _attempts(self, session: Any, method: str, prep: Any) -> tuple[MethodRun, Any, Any]:
+        """``method`` on one task with repairs as ``adapld edit`` makes them
+        (:func:`~adapld_cli.edit.session.with_repairs`, up to ``options.attempts``): the
+        attempts' run as one (:func:`_joined`), the first attempt's result and the last."""
+        from adapld_cli.edit.session import with_repairs
+
+        runs: list[MethodRun] = []
+        rejected: list[Any] = []
+
+        def attempt(p: Any, _n: int) -> Any:
+            run = self._measure(method, p.prompt.ids, p.config)
+            runs.append(run)
+            return session.judge(p, run.tokens, run.stats, run.stop_reason)
+
+        result = with_repairs(session, prep, attempt, rejected.append)
+        first = rejected[0] if rejected else result
+        return _joined(runs, result.stats), first, result
 
     def _measure(self, method: str, prompt_ids: list[int], config: Any) -> MethodRun:
         model, tok = self.model_for(method), self.loaded.tokenizer
@@ -151,6 +177,21 @@ class BenchRunner:
                 self.options.settings,
             )
         self.warmup_s = time.perf_counter() - t0
+
+
+def _joined(runs: list[MethodRun], stats: Any) -> MethodRun:
+    """Several attempts as one run: their tokens one after another (a ``-1`` between two
+    attempts, so a method compares equal to ``ar`` only attempt by attempt), ``stats`` (the
+    attempts' statistics added up), the last stop reason, the wall times added, the highest
+    peak memory."""
+    if len(runs) == 1:
+        return runs[0]
+    tokens: list[int] = []
+    for i, run in enumerate(runs):
+        tokens += ([-1] if i else []) + run.tokens
+    peaks = [r.extra["peak_rss_mb"] for r in runs if r.extra.get("peak_rss_mb") is not None]
+    extra = {"peak_rss_mb": max(peaks)} if peaks else {}
+    return MethodRun(tokens, stats, runs[-1].stop_reason, sum(r.wall_s for r in runs), extra=extra)
 
 
 def _save(folder: str, task: Task, method: str, text: str) -> None:
@@ -181,7 +222,10 @@ def _row(task: Task, method: str, run: MethodRun, result: Any) -> dict[str, Any]
         "identical_to_ar": None,
         "first_diff": None,
         "peak_rss_mb": _round(run.extra.get("peak_rss_mb"), 1),
+        "attempts": result.attempts,
+        "first_status": result.status,
         "passed": None,
+        "passed_first": None,
     }
 
 

@@ -62,6 +62,9 @@ _HELPS = {
     "--methods": "Comma-separated methods, run in this order per task.",
     "--max-new-tokens": "Token limit per task. Default: as `adapld edit` (2 x file + 256).",
     "--prompt": "Prompt template, as `adapld edit --prompt`.",
+    "--attempts": "Generations per task and method, as `adapld edit --attempts` (a refused or "
+    "unchanged result is asked for again with the reason); reports pass@1 of the first "
+    "attempt and the last. Default: 1.",
     "--set": "Override an AdaPLD setting (e.g. node_budget=32); repeatable.",
     "--warmup/--no-warmup": "Warm every method up first.",
     "--verify-cost": "Run nothing else: print what one forward over n = 1..64 new tokens costs "
@@ -109,6 +112,7 @@ def bench(
     methods: Annotated[str, _opt("--methods", _G, "LIST", show_default=True)] = _DEFAULTS,
     max_new_tokens: Annotated[int | None, _opt("--max-new-tokens", _G, "N", min=1)] = None,
     prompt: Annotated[str | None, _opt("--prompt", _G, "NAME|FILE")] = None,
+    attempts: Annotated[int, _opt("--attempts", _G, "N", min=1)] = 1,
     adapld_set: Annotated[list[str] | None, _opt("--set", _G, "KEY=VALUE")] = None,
     warmup: Annotated[bool, _opt("--warmup/--no-warmup", _G, show_default=True)] = True,
     verify_cost: Annotated[bool, _opt("--verify-cost", _G)] = False,
@@ -149,6 +153,7 @@ def bench(
                 warmup=warmup,
                 settings=_settings(adapld_set or []),
                 save_outputs=str(save_outputs) if save_outputs else None,
+                attempts=attempts,
             )
             task_list = load_tasks(
                 tasks, instruction=instruction, limit=limit, offset=offset, names=task_names

@@ -154,6 +154,8 @@ def progress_line(row: dict[str, Any], i: int, n: int) -> str:
     sp = f" {row['speedup_vs_ar']:.2f}x" if row["speedup_vs_ar"] else ""
     same = "  DIFFERS FROM AR" if row["identical_to_ar"] is False else ""
     ok = {True: " pass", False: " fail", None: ""}[row["passed"]]
+    if (row.get("attempts") or 1) > 1:
+        ok = f" {row['first_status']} -> {row['status']} ({row['attempts']} attempts){ok}"
     return (
         f"[{i}/{n}] {row['task']} {row['method']}: {row['new_tokens']} tok "
         f"{row['total_s']:.1f}s {row['tok_s']:.1f} tok/s F={row['forward_passes']} "

@@ -42,7 +42,8 @@ QUANT = "adapld-quant.safetensors"  # linears kept in their GGUF integers (model
 QUANT_TYPES = {"Q4_K": "q4", "Q6_K": "q6"}
 # 1: float32 safetensors written by transformers' own GGUF loader.
 # 2: tensor-by-tensor conversion; bfloat16 for quantised tensors, packed input embedding.
-FORMAT = 2
+# 3: Q6_K linears packed at 6 bits a weight (was 8: model/quant.py, pack_q6_values).
+FORMAT = 3
 
 
 def read_manifest(folder: Path) -> dict[str, Any] | None:

@@ -18,8 +18,9 @@
 // Layouts (T = N / 16 tiles of 16 output columns, KP = K / 2 input pairs):
 //   q4: qp uint8 [T][KP][16]: byte c = q[col c][2p] | q[col c][2p + 1] << 4
 //       sc uint8 [T][K/32][2][16] (sc, mn);  dd float [T][S][2][16] (d, dmin), S = ceil(K/256)
-//   q6: qp uint8 [T][KP][32]: bytes 2c, 2c + 1 = q[col c][2p] + 32, q[col c][2p + 1] + 32
-//       sc int8 [T][K/16][16];  dd float [T][S][16]
+//   q6: qp uint8 [T][K/16][192], per group of 16 inputs, u = q + 32 (0..63, 6 bits): bytes
+//       16p + c = u[c][2p] & 15 | (u[c][2p + 1] & 15) << 4 (p < 8), then bytes 128 + 16i + c =
+//       sum_j (u[c][4i + j] >> 4) << 2j (i < 4);  sc int8 [T][K/16][16];  dd float [T][S][16]
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
 #include <immintrin.h>
@@ -31,7 +32,7 @@
 
 namespace {
 
-// Groups ahead whose weights (256 bytes a group and tile in every layout) and scales the
+// Groups ahead whose weights (256 bytes a group and tile in q4's layout, 192 in q6's) and scales the
 // group-by-group loops request early. Tiles are contiguous, so past a tile's end these are
 // the next tile's, which the same thread takes next (past the last one, a prefetch of memory
 // never read: harmless). Measured on the 1.5B model, int8 inputs, 2 threads: single steps and
@@ -62,6 +63,21 @@ inline __m512 u8_to_ps(const uint8_t* p) {
 
 inline __m512 i8_to_ps(const int8_t* p) {
   return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i*)p)));
+}
+
+constexpr int64_t Q6_BYTES = 192;  // one q6 group of one tile: 16 inputs x 16 columns x 6 bits
+
+// Inputs 4i .. 4i + 3 of the q6 group at qg, as u = q + 32: dword c = u[c][4i .. 4i + 3].
+inline __m512i unpack_q6_u(const uint8_t* qg, int i) {
+  const __m512i b0 = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i*)(qg + 32 * i)));
+  const __m512i b1 = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i*)(qg + 32 * i + 16)));
+  const __m512i v = _mm512_or_si512(b0, _mm512_slli_epi32(b1, 16));
+  const __m512i low = _mm512_ternarylogic_epi32(v, _mm512_slli_epi32(v, 4), _mm512_set1_epi32(0x0F0F0F0F), 0xA8);
+  const __m512i h = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i*)(qg + 128 + 16 * i)));
+  // 2-bit field j of h to the low bits of byte j, then to bits 4-5
+  const __m512i spread = _mm512_ternarylogic_epi32(
+      _mm512_or_si512(h, _mm512_slli_epi32(h, 6)), _mm512_slli_epi32(h, 12), _mm512_slli_epi32(h, 18), 0xFE);
+  return _mm512_ternarylogic_epi32(low, _mm512_slli_epi32(spread, 4), _mm512_set1_epi32(0x30303030), 0xF8);
 }
 
 void store_row(const __m512 acc, const float* bias, int64_t t, bool out_f32, void* y,
@@ -158,7 +174,7 @@ torch::Tensor mm_q6(torch::Tensor x, torch::Tensor qp, torch::Tensor sc, torch::
                     c10::optional<torch::Tensor> bias_opt, bool out_f32) {
   TORCH_CHECK(x.scalar_type() == torch::kBFloat16 && x.is_contiguous() && x.dim() == 2);
   const int64_t M = x.size(0), K = x.size(1), T = qp.size(0), G = K / 16, S = dd.size(1);
-  TORCH_CHECK(K % 16 == 0 && qp.size(1) == K / 2 && sc.size(1) == G);
+  TORCH_CHECK(K % 16 == 0 && qp.size(1) == G && qp.size(2) == Q6_BYTES && sc.size(1) == G);
   const uint32_t* X = (const uint32_t*)x.data_ptr<at::BFloat16>();
   const uint8_t* Q = qp.data_ptr<uint8_t>();
   const int8_t* SC = sc.data_ptr<int8_t>();
@@ -174,6 +190,13 @@ torch::Tensor mm_q6(torch::Tensor x, torch::Tensor qp, torch::Tensor sc, torch::
     table[i] = static_cast<int16_t>(bits >> 16);  // exact: small integers
   }
   const __m512i lut_lo = _mm512_load_si512(table), lut_hi = _mm512_load_si512(table + 32);
+  // per dword (4 bytes u[4i .. 4i + 3] of one column): bytes 0, 1 or 2, 3 as two int16
+  alignas(64) int32_t c0[16], c1[16];
+  for (int i = 0; i < 16; ++i) {
+    c0[i] = 0x80018000 + (i % 4) * 0x00040004;
+    c1[i] = 0x80038002 + (i % 4) * 0x00040004;
+  }
+  const __m512i even = _mm512_load_si512(c0), odd = _mm512_load_si512(c1);
   at::parallel_for(0, T, 1, [&](int64_t t0, int64_t t1) {
     alignas(64) __m512i wp[8];
     std::vector<__m512> acc(M);
@@ -182,12 +205,13 @@ torch::Tensor mm_q6(torch::Tensor x, torch::Tensor qp, torch::Tensor sc, torch::
       for (int64_t g = 0; g < G; ++g) {
         const __m512 scale =
             _mm512_mul_ps(_mm512_loadu_ps(DD + (t * S + g / 16) * 16), i8_to_ps(SC + (t * G + g) * 16));
-        const uint8_t* qg = Q + (t * (K / 2) + g * 8) * 32;
-        prefetch_group(qg + PREFETCH_GROUPS * 256, (const uint8_t*)(SC + (t * G + g + PREFETCH_GROUPS) * 16));
-        for (int p = 0; p < 8; ++p)  // 16 columns x 2 inputs, in pair order: q + 32 -> bf16(q)
-          wp[p] = _mm512_permutex2var_epi16(
-              lut_lo, _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i*)(qg + p * 32))),
-              lut_hi);
+        const uint8_t* qg = Q + (t * G + g) * Q6_BYTES;
+        prefetch_group(qg + PREFETCH_GROUPS * Q6_BYTES, (const uint8_t*)(SC + (t * G + g + PREFETCH_GROUPS) * 16));
+        for (int i = 0; i < 4; ++i) {  // 16 columns x 2 inputs, in pair order: q + 32 -> bf16(q)
+          const __m512i u = unpack_q6_u(qg, i);
+          wp[2 * i] = _mm512_permutex2var_epi16(lut_lo, _mm512_shuffle_epi8(u, even), lut_hi);
+          wp[2 * i + 1] = _mm512_permutex2var_epi16(lut_lo, _mm512_shuffle_epi8(u, odd), lut_hi);
+        }
         int64_t m = 0;
         for (; m + 4 <= M; m += 4)
           rows<4, 8>(X + (m * K + g * 16) / 2, K / 2, wp, scale, scale, nullptr, 0, &acc[m]);
@@ -480,10 +504,13 @@ torch::Tensor attention(torch::Tensor q, torch::Tensor k, torch::Tensor v, torch
 // The same products with the inputs quantized to 8 bits first, per row and super-block of
 // 256 inputs (the GGUF's Q8_K: x ~ xs * xq, xs = max|x| / 127, xq = round(x / xs)), then
 // multiplied with the weights' integers by AVX-512 VNNI (vpdpbusd: 64 products of an unsigned
-// weight byte and a signed input byte per instruction, twice bf16's rate). Per row, column
-// and super-block s, with A = sum_g sc_g sum(q xq) and B = sum_g p_g sum_g(xq):
-//   q4 (q 0..15, p = mn):            acc += d xs * A - dmin xs * B
-//   q6 (q + 32 stored, 0..63, p = sc): acc += d xs * (A - 32 B)
+// byte and a signed byte per instruction, twice bf16's rate). Per row, column and super-block
+// s:
+//   q4 (q 0..15 unsigned, xq signed): A = sum_g sc_g sum(q xq), B = sum_g mn_g sum_g(xq),
+//       acc += d xs * A - dmin xs * B
+//   q6 (q -32..31 signed, the inputs as xq + 128 unsigned): A = sum_g sc_g sum(q (xq + 128)),
+//       C = sum_g sc_g sum(q), a constant of the weights (pairs_i8), so that A - 128 C =
+//       sum_g sc_g sum(q xq) exactly; acc += d xs * (A - 128 C), with no per-row term
 // Integer sums are exact, so their order is free; the float steps per row and super-block
 // are one fixed sequence whatever M is, and a row's quantization depends on that row alone:
 // row m of an M-row call is still bit for bit row m computed alone.
@@ -504,7 +531,9 @@ struct QuantRows {
 
 // Each row's 256-input blocks quantized in parallel, written straight into the row-block
 // interleaved layout, with the group sums: the same values as quantizing rows one by one.
-QuantRows quantize_rows(const at::BFloat16* x, int64_t M, int64_t K, int64_t group) {
+// offset (q6): every xq stored as xq + 128, unsigned, and no group sums (q6 needs none).
+QuantRows quantize_rows(const at::BFloat16* x, int64_t M, int64_t K, int64_t group,
+                        bool offset) {
   const int64_t S = (K + 255) / 256, G = K / group, GP = (G + 1) / 2;
   QuantRows out;
   out.xq.resize(M * K / 4);
@@ -535,13 +564,23 @@ QuantRows quantize_rows(const at::BFloat16* x, int64_t M, int64_t K, int64_t gro
         alignas(16) int32_t d4[4];
         _mm_store_si128((__m128i*)d4, _mm512_cvtepi32_epi8(_mm512_maskz_mov_epi32(mk, q)));
         const int64_t p0 = (k0 + k) / 4;
-        for (int i = 0; i < 4; ++i) dst[(p0 + i) * st] = d4[i];
+        const int32_t flip = offset ? (int32_t)0x80808080u : 0;  // xq + 128 for q6
+        for (int i = 0; i < 4; ++i) dst[(p0 + i) * st] = d4[i] ^ flip;
         const int64_t g = (k0 + k) / group;
-        if (g < G) q16[m * 2 * GP + g] += (int16_t)_mm512_reduce_add_epi32(_mm512_maskz_mov_epi32(mk, q));
+        if (!offset && g < G)
+          q16[m * 2 * GP + g] += (int16_t)_mm512_reduce_add_epi32(_mm512_maskz_mov_epi32(mk, q));
       }
     }
   });
   return out;
+}
+
+// One VNNI step, c += 4-byte dot products of w and x: q4's weights (P = 8) are unsigned and
+// the inputs signed (xq); q6's (P = 4) signed and the inputs unsigned (xq + 128).
+template <int P>
+inline __m512i vnni(__m512i c, __m512i w, __m512i x) {
+  if constexpr (P == 8) return _mm512_dpbusd_epi32(c, w, x);
+  else return _mm512_dpbusd_epi32(c, x, w);
 }
 
 // R rows x one group of 4*P inputs at dword x (the row block's layout): A[r] += sc * sum(w xq).
@@ -553,7 +592,7 @@ inline void dots(const int32_t* x, const __m512i* w, __m512i sc, __m512i* A) {
   for (int p = 0; p < P; ++p) {
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r)
-      c[r] = _mm512_dpbusd_epi32(c[r], w[p], _mm512_set1_epi32(x[p * R + r]));
+      c[r] = vnni<P>(c[r], w[p], _mm512_set1_epi32(x[p * R + r]));
   }
   for (int r = 0; r < R; ++r) A[r] = _mm512_add_epi32(A[r], _mm512_mullo_epi32(sc, c[r]));
 }
@@ -595,7 +634,7 @@ inline __m512 close_row(bool q4, __m512i A, __m512i B, float xs, __m512 d, __m51
 constexpr int64_t BLOCKED_ROWS = 64;
 
 // Unpack groups g0 .. g1 - 1 of tile t into wb[(g - g0) * P + i] (VNNI dwords: dword c of
-// vector i = q[c][4i .. 4i + 3] as bytes, q6: + 32) and their scales into scb[g - g0]; both
+// vector i = q[c][4i .. 4i + 3] as bytes, q6: signed) and their scales into scb[g - g0]; both
 // forms of mm_i8 unpack with these (the group-by-group one a group at a time).
 inline void unpack_q4(const uint8_t* Q, const uint8_t* SC, int64_t t, int64_t K, int64_t G,
                       int64_t g0, int64_t g1, __m512i* wb, __m512i* scb) {
@@ -616,15 +655,12 @@ inline void unpack_q4(const uint8_t* Q, const uint8_t* SC, int64_t t, int64_t K,
 
 inline void unpack_q6(const uint8_t* Q, const uint8_t* SC, int64_t t, int64_t K, int64_t G,
                       int64_t g0, int64_t g1, __m512i* wb, __m512i* scb) {
+  const __m512i off = _mm512_set1_epi8(32);
   for (int64_t g = g0; g < g1; ++g) {
-    const uint8_t* qg = Q + (t * (K / 2) + g * 8) * 32;
+    const uint8_t* qg = Q + (t * G + g) * Q6_BYTES;
     __m512i* w = wb + (g - g0) * 4;
 #pragma GCC unroll 4
-    for (int i = 0; i < 4; ++i) {
-      const __m512i a = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i*)(qg + 64 * i)));
-      const __m512i b = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i*)(qg + 64 * i + 32)));
-      w[i] = _mm512_or_si512(a, _mm512_slli_epi32(b, 16));
-    }
+    for (int i = 0; i < 4; ++i) w[i] = _mm512_sub_epi8(unpack_q6_u(qg, i), off);  // signed q
     scb[g - g0] = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i*)(SC + (t * G + g) * 16)));
   }
 }
@@ -644,7 +680,7 @@ inline void block_sums(const int32_t* x, int64_t g0, int64_t ng, const __m512i* 
     for (int p = 0; p < P; ++p) {
       const __m512i w = wb[gl * P + p];
 #pragma GCC unroll 8
-      for (int r = 0; r < R; ++r) c[r] = _mm512_dpbusd_epi32(c[r], w, _mm512_set1_epi32(xg[p * R + r]));
+      for (int r = 0; r < R; ++r) c[r] = vnni<P>(c[r], w, _mm512_set1_epi32(xg[p * R + r]));
     }
     const __m512i sc = scb[gl];
     for (int r = 0; r < R; ++r) A[r] = _mm512_add_epi32(A[r], _mm512_mullo_epi32(sc, c[r]));
@@ -678,23 +714,21 @@ inline void close_rows(const QuantRows& qx, int64_t m, int64_t S, int64_t s, int
     acc[m + r] = close_row(Q4, A[r], B[r], qx.xs[(m + r) * S + s], d, dmin, acc[m + r]);
 }
 
-template <int R>
-inline void close_full(bool q4, const QuantRows& qx, int64_t m, int64_t S, int64_t s, int64_t GP,
-                       int64_t j0, const __m512i* pr, __m512 d, __m512 dmin, const __m512i* A,
-                       __m512* acc) {
-  if (q4) close_rows<R, true, 4>(qx, m, S, s, GP, j0, pr, d, dmin, A, acc);
-  else close_rows<R, false, 8>(qx, m, S, s, GP, j0, pr, d, dmin, A, acc);
-}
-
-// close_rows for the R rows of any row block from row m (pairs j0 .. j1 - 1 of super-block s;
-// full: all of its groups are there): unrolled for a full super-block (R = 8, 4 or 1), else
-// row by row with the same integers and float steps. A[r] is the row's integer sum.
+// close_rows for the R rows of any row block from row m (q4: pairs j0 .. j1 - 1 of super-block
+// s in pr; full: all of its groups are there): unrolled for a full super-block (R = 8, 4 or
+// 1), else row by row with the same integers and float steps. A[r] is the row's integer sum.
+// q6: pr[0] is 4 C (see above), the same for every row: close_row's A - 32 B is A - 128 C.
 inline void close_rows_any(bool q4, int R, bool full, const QuantRows& qx, int64_t m, int64_t S,
                            int64_t s, int64_t GP, int64_t j0, int64_t j1, const __m512i* pr,
                            __m512 d, __m512 dmin, const __m512i* A, __m512* acc) {
-  if (full && R == RB) return close_full<RB>(q4, qx, m, S, s, GP, j0, pr, d, dmin, A, acc);
-  if (full && R == 4) return close_full<4>(q4, qx, m, S, s, GP, j0, pr, d, dmin, A, acc);
-  if (full && R == 1) return close_full<1>(q4, qx, m, S, s, GP, j0, pr, d, dmin, A, acc);
+  if (!q4) {
+    for (int r = 0; r < R; ++r)
+      acc[m + r] = close_row(false, A[r], pr[0], qx.xs[(m + r) * S + s], d, dmin, acc[m + r]);
+    return;
+  }
+  if (full && R == RB) return close_rows<RB, true, 4>(qx, m, S, s, GP, j0, pr, d, dmin, A, acc);
+  if (full && R == 4) return close_rows<4, true, 4>(qx, m, S, s, GP, j0, pr, d, dmin, A, acc);
+  if (full && R == 1) return close_rows<1, true, 4>(qx, m, S, s, GP, j0, pr, d, dmin, A, acc);
   for (int r = 0; r < R; ++r) {
     const int64_t row = m + r;
     __m512i B = _mm512_setzero_si512();
@@ -707,7 +741,7 @@ inline void close_rows_any(bool q4, int R, bool full, const QuantRows& qx, int64
 // mm_i8 for M >= 4 (see above): tiles split over threads, super-blocks in order per tile.
 void mm_i8_blocked(bool q4, const QuantRows& qx, int64_t M, int64_t K, int64_t T, int64_t G,
                    int64_t S, const uint8_t* Q, const uint8_t* SC, const float* DD,
-                   const int16_t* PR, const float* Bias, bool out_f32, void* Y) {
+                   const void* PR, const float* Bias, bool out_f32, void* Y) {
   const int64_t group = q4 ? 32 : 16, per = 256 / group, P = group / 4, GP = (G + 1) / 2;
   at::parallel_for(0, T, 1, [&](int64_t t0, int64_t t1) {
     alignas(64) __m512i wb[64];  // per super-block: 8 groups x 8 (q4) or 16 x 4 (q6)
@@ -723,12 +757,17 @@ void mm_i8_blocked(bool q4, const QuantRows& qx, int64_t M, int64_t K, int64_t T
         else unpack_q6(Q, SC, t, K, G, g0, g1, wb, scb);
         {  // the next super-block's weights (the next tile's first at the end: tiles are
            // contiguous) requested now, so they arrive while these rows are summed
-          const int64_t bytes = (g1 - g0) * group * (q4 ? 8 : 16);  // 16 columns
-          const char* next = (const char*)(Q + (t * (K / 2) + g1 * (group / 2)) * (q4 ? 16 : 32));
+          const int64_t bytes = (g1 - g0) * (q4 ? 256 : Q6_BYTES);  // 16 columns
+          const char* next = (const char*)(q4 ? Q + (t * (K / 2) + g1 * (group / 2)) * 16
+                                              : Q + (t * G + g1) * Q6_BYTES);
           for (int64_t b = 0; b < bytes; b += 64) _mm_prefetch(next + b, _MM_HINT_T0);
         }
         const int64_t j0 = g0 / 2, j1 = (g1 + 1) / 2;  // group pairs of this super-block
-        for (int64_t j = j0; j < j1; ++j) pr[j - j0] = _mm512_loadu_si512(PR + (t * GP + j) * 32);
+        if (q4)
+          for (int64_t j = j0; j < j1; ++j)
+            pr[j - j0] = _mm512_loadu_si512((const int16_t*)PR + (t * GP + j) * 32);
+        else
+          pr[0] = _mm512_loadu_si512((const int32_t*)PR + (t * S + s) * 16);
         const float* dp = DD + (t * S + s) * (q4 ? 32 : 16);
         const __m512 d = _mm512_loadu_ps(dp), dmin = q4 ? _mm512_loadu_ps(dp + 16) : _mm512_setzero_ps();
         for (int64_t m = 0; m < M;) {
@@ -747,19 +786,44 @@ void mm_i8_blocked(bool q4, const QuantRows& qx, int64_t M, int64_t K, int64_t T
 
 }  // namespace
 
-// The per-group multipliers of the B term side by side for two groups, int16
-// [T][ceil(G / 2)][16][2]: the mins for q4, the scales for q6.
-torch::Tensor pairs_i8(std::string kind, torch::Tensor sc) {
+// What the int8 form needs beside the weights, made once at load. q4: the mins of the B term
+// side by side for two groups, int16 [T][ceil(G / 2)][16][2]. q6: 4 C per tile, super-block and
+// column, C = sum_g sc_g sum(q) over the super-block's groups, int32 [T][S][16] (exact).
+torch::Tensor pairs_i8(std::string kind, torch::Tensor qp, torch::Tensor sc) {
   const bool q4 = kind == "q4";
   const int64_t T = sc.size(0), G = sc.size(1), GP = (G + 1) / 2;
+  if (!q4) {
+    TORCH_CHECK(qp.dim() == 3 && qp.size(0) == T && qp.size(1) == G && qp.size(2) == Q6_BYTES);
+    const int64_t S = (G + 15) / 16;
+    auto out = torch::zeros({T, S, 16}, torch::kInt);
+    int32_t* C = out.data_ptr<int32_t>();
+    const uint8_t* Q = qp.data_ptr<uint8_t>();
+    const int8_t* SC = sc.data_ptr<int8_t>();
+    at::parallel_for(0, T, 1, [&](int64_t t0, int64_t t1) {
+      for (int64_t t = t0; t < t1; ++t)
+        for (int64_t g = 0; g < G; ++g) {
+          alignas(64) int32_t u[16][16];  // [vector i * 4 + byte j][column]: u of input 4i + j
+          for (int i = 0; i < 4; ++i) {
+            alignas(64) uint8_t b[64];
+            _mm512_store_si512((__m512i*)b, unpack_q6_u(Q + (t * G + g) * Q6_BYTES, i));
+            for (int c = 0; c < 16; ++c)
+              for (int j = 0; j < 4; ++j) u[i * 4 + j][c] = b[c * 4 + j];
+          }
+          for (int c = 0; c < 16; ++c) {
+            int32_t sum = 0;
+            for (int k = 0; k < 16; ++k) sum += u[k][c] - 32;
+            C[(t * S + g / 16) * 16 + c] += 4 * SC[(t * G + g) * 16 + c] * sum;
+          }
+        }
+    });
+    return out;
+  }
   auto out = torch::zeros({T, GP, 16, 2}, torch::kShort);
   int16_t* P = out.data_ptr<int16_t>();
   for (int64_t t = 0; t < T; ++t)
     for (int64_t g = 0; g < G; ++g)
       for (int c = 0; c < 16; ++c)
-        P[((t * GP + g / 2) * 16 + c) * 2 + g % 2] =
-            q4 ? sc.data_ptr<uint8_t>()[((t * G + g) * 2 + 1) * 16 + c]
-               : sc.data_ptr<int8_t>()[(t * G + g) * 16 + c];
+        P[((t * GP + g / 2) * 16 + c) * 2 + g % 2] = sc.data_ptr<uint8_t>()[((t * G + g) * 2 + 1) * 16 + c];
   return out;
 }
 
@@ -772,12 +836,16 @@ torch::Tensor mm_i8(std::string kind, torch::Tensor x, torch::Tensor qp, torch::
   const int64_t group = q4 ? 32 : 16, per = 256 / group;
   const int64_t M = x.size(0), K = x.size(1), T = qp.size(0), G = K / group, S = dd.size(1);
   const int64_t GP = (G + 1) / 2;
-  TORCH_CHECK(K % group == 0 && qp.size(1) == K / 2 && sc.size(1) == G && pairs.size(1) == GP);
-  const QuantRows qx = quantize_rows(x.data_ptr<at::BFloat16>(), M, K, group);
+  TORCH_CHECK(K % group == 0 && sc.size(1) == G);
+  TORCH_CHECK(q4 ? qp.size(1) == K / 2 && pairs.size(1) == GP
+                 : qp.size(1) == G && qp.size(2) == Q6_BYTES && pairs.size(1) == S);
+  const QuantRows qx = quantize_rows(x.data_ptr<at::BFloat16>(), M, K, group, !q4);
   const uint8_t* Q = qp.data_ptr<uint8_t>();
   const uint8_t* SC = (const uint8_t*)sc.data_ptr();
   const float* DD = dd.data_ptr<float>();
-  const int16_t* PR = pairs.data_ptr<int16_t>();
+  const void* PR = pairs.data_ptr();
+  const int16_t* PR16 = (const int16_t*)PR;
+  const int32_t* C4 = (const int32_t*)PR;
   const float* Bias = bias_opt.has_value() ? bias_opt->data_ptr<float>() : nullptr;
   auto y = output(x, T * 16, out_f32);
   void* Y = y.data_ptr();
@@ -795,7 +863,8 @@ torch::Tensor mm_i8(std::string kind, torch::Tensor x, torch::Tensor qp, torch::
         A[m] = _mm512_setzero_si512();
       }
       for (int64_t g = 0; g < G; ++g) {
-        prefetch_group(Q + (t * (K / 2) + (g + PREFETCH_GROUPS) * (group / 2)) * (q4 ? 16 : 32),
+        prefetch_group(q4 ? Q + (t * (K / 2) + (g + PREFETCH_GROUPS) * (group / 2)) * 16
+                          : Q + (t * G + g + PREFETCH_GROUPS) * Q6_BYTES,
                        SC + (t * G + g + PREFETCH_GROUPS) * (q4 ? 32 : 16));
         __m512i scv;
         if (q4) {
@@ -805,10 +874,11 @@ torch::Tensor mm_i8(std::string kind, torch::Tensor x, torch::Tensor qp, torch::
           unpack_q6(Q, SC, t, K, G, g, g + 1, w, &scv);
           dots_all<4>(qx.xq.data(), K, M, g, w, scv, A.data());
         }
-        if (g % 2 == 1 || g == G - 1)  // this pair's B multipliers, loaded as the pairs go by
-          pr[(g & (per - 1)) / 2] = _mm512_loadu_si512(PR + (t * GP + g / 2) * 32);
+        if (q4 && (g % 2 == 1 || g == G - 1))  // this pair's B multipliers, as the pairs go by
+          pr[(g & (per - 1)) / 2] = _mm512_loadu_si512(PR16 + (t * GP + g / 2) * 32);
         if ((g & (per - 1)) == per - 1 || g == G - 1) {  // the end of super-block s
           const int64_t s = g / per, g0 = s * per, j0 = g0 / 2, j1 = (g + 2) / 2;
+          if (!q4) pr[0] = _mm512_loadu_si512(C4 + (t * S + s) * 16);
           const float* d = DD + (t * S + s) * (q4 ? 32 : 16);
           const __m512 dv = _mm512_loadu_ps(d), dmin = q4 ? _mm512_loadu_ps(d + 16) : _mm512_setzero_ps();
           for (int64_t m = 0; m < M;) {

@@ -330,19 +330,40 @@ def pack(kind: str, parts: dict[str, Any]) -> dict[str, Any]:
     def per_tile(a: Any) -> Any:  # [n, c] -> [tiles, c, 16]
         return a.reshape(tiles, 16, -1).permute(0, 2, 1)
 
-    pairs = q.reshape(tiles, 16, k // 2, 2).permute(0, 2, 1, 3)  # [tiles, k/2, 16, 2]
     if kind == "q4":
+        pairs = q.reshape(tiles, 16, k // 2, 2).permute(0, 2, 1, 3)  # [tiles, k/2, 16, 2]
         qp = pairs[..., 0] | (pairs[..., 1] << 4)
         sc = torch.stack([per_tile(parts["sc"]), per_tile(parts["mn"])], 2)
         dd = torch.stack([per_tile(parts["d"]), per_tile(parts["dmin"])], 2)
     else:
-        qp = (pairs.to(torch.int16) + 32).to(torch.uint8).reshape(tiles, k // 2, 32)
+        qp = pack_q6_values(q)
         sc, dd = per_tile(parts["sc"]), per_tile(parts["d"])
     return {
         "qp": qp.contiguous(),
         "sc": sc.contiguous(),
         "dd": dd.float().contiguous(),
     }
+
+
+def pack_q6_values(q: Any) -> Any:
+    """Q6_K values ``q [n, k]`` (-32..31) -> uint8 ``[n / 16, k / 16, 192]``: per tile of 16
+    columns and group of 16 inputs, ``u = q + 32`` as 128 bytes of low nibbles (byte
+    ``16 p + c`` = ``u[c][2p] | u[c][2p + 1] << 4``, q4's pair layout) then 64 bytes of the
+    high two bits (byte ``16 i + c`` holds ``u[c][4i + j] >> 4`` at bits ``2j``): 6 bits a
+    weight, as in the GGUF."""
+    import torch
+
+    n, k = q.shape
+    tiles, groups = n // 16, k // 16
+    u = (q.to(torch.int16) + 32).to(torch.uint8)
+    u = u.reshape(tiles, 16, groups, 16).permute(0, 2, 3, 1)  # [tiles, groups, input, column]
+    low, high = u & 15, u >> 4
+    nibbles = low[:, :, 0::2] | (low[:, :, 1::2] << 4)  # [tiles, groups, 8, 16]
+    h = high.reshape(tiles, groups, 4, 4, 16)  # [tiles, groups, i, j, column]
+    tops = h[:, :, :, 0] | (h[:, :, :, 1] << 2) | (h[:, :, :, 2] << 4) | (h[:, :, :, 3] << 6)
+    return torch.cat(
+        [nibbles.reshape(tiles, groups, 128), tops.reshape(tiles, groups, 64)], -1
+    ).contiguous()
 
 
 def _quant_linear_class() -> type:
@@ -372,7 +393,7 @@ def _quant_linear_class() -> type:
             ext = extension()
             self.activations = activations or resolve_activations()
             self.int8 = self.activations == "int8"
-            pairs = ext.pairs_i8(kind, packed["sc"]) if self.int8 else None
+            pairs = ext.pairs_i8(kind, packed["qp"], packed["sc"]) if self.int8 else None
             self.register_buffer("pairs", pairs, persistent=False)
             self.run = getattr(ext, f"mm_{kind}")
             self.run_i8 = ext.mm_i8

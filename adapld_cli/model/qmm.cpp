@@ -665,6 +665,17 @@ inline void unpack_q6(const uint8_t* Q, const uint8_t* SC, int64_t t, int64_t K,
   }
 }
 
+// q4's B multipliers for group pair j of tile t, as vpdpwssd takes them: dword c = mn[2j][c] |
+// mn[2j + 1][c] << 16 (0 past the last group), from the scales' bytes (their cache lines come
+// in with the scales; a separate int16 copy cost half a bit a weight of memory traffic).
+inline __m512i mins_pair(const uint8_t* SC, int64_t t, int64_t G, int64_t j) {
+  const int64_t g = 2 * j;
+  const __m512i a = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i*)(SC + ((t * G + g) * 2 + 1) * 16)));
+  if (g + 1 >= G) return a;
+  const __m512i b = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i*)(SC + ((t * G + g + 1) * 2 + 1) * 16)));
+  return _mm512_or_si512(a, _mm512_slli_epi32(b, 16));
+}
+
 // A[r] = sum over the ng groups from g0 of sc_g * sum(w xq) for the R rows of one row block
 // (x: the block's dwords, quantize_rows' layout), accumulated in registers.
 template <int R, int P>
@@ -764,8 +775,7 @@ void mm_i8_blocked(bool q4, const QuantRows& qx, int64_t M, int64_t K, int64_t T
         }
         const int64_t j0 = g0 / 2, j1 = (g1 + 1) / 2;  // group pairs of this super-block
         if (q4)
-          for (int64_t j = j0; j < j1; ++j)
-            pr[j - j0] = _mm512_loadu_si512((const int16_t*)PR + (t * GP + j) * 32);
+          for (int64_t j = j0; j < j1; ++j) pr[j - j0] = mins_pair(SC, t, G, j);
         else
           pr[0] = _mm512_loadu_si512((const int32_t*)PR + (t * S + s) * 16);
         const float* dp = DD + (t * S + s) * (q4 ? 32 : 16);
@@ -786,12 +796,12 @@ void mm_i8_blocked(bool q4, const QuantRows& qx, int64_t M, int64_t K, int64_t T
 
 }  // namespace
 
-// What the int8 form needs beside the weights, made once at load. q4: the mins of the B term
-// side by side for two groups, int16 [T][ceil(G / 2)][16][2]. q6: 4 C per tile, super-block and
-// column, C = sum_g sc_g sum(q) over the super-block's groups, int32 [T][S][16] (exact).
+// What the int8 form needs beside the weights, made once at load. q4: nothing (an empty
+// tensor: its B multipliers come from the scales, mins_pair). q6: 4 C per tile, super-block
+// and column, C = sum_g sc_g sum(q) over the super-block's groups, int32 [T][S][16] (exact).
 torch::Tensor pairs_i8(std::string kind, torch::Tensor qp, torch::Tensor sc) {
   const bool q4 = kind == "q4";
-  const int64_t T = sc.size(0), G = sc.size(1), GP = (G + 1) / 2;
+  const int64_t T = sc.size(0), G = sc.size(1);
   if (!q4) {
     TORCH_CHECK(qp.dim() == 3 && qp.size(0) == T && qp.size(1) == G && qp.size(2) == Q6_BYTES);
     const int64_t S = (G + 15) / 16;
@@ -818,13 +828,7 @@ torch::Tensor pairs_i8(std::string kind, torch::Tensor qp, torch::Tensor sc) {
     });
     return out;
   }
-  auto out = torch::zeros({T, GP, 16, 2}, torch::kShort);
-  int16_t* P = out.data_ptr<int16_t>();
-  for (int64_t t = 0; t < T; ++t)
-    for (int64_t g = 0; g < G; ++g)
-      for (int c = 0; c < 16; ++c)
-        P[((t * GP + g / 2) * 16 + c) * 2 + g % 2] = sc.data_ptr<uint8_t>()[((t * G + g) * 2 + 1) * 16 + c];
-  return out;
+  return torch::empty({0}, torch::kShort);
 }
 
 
@@ -837,14 +841,13 @@ torch::Tensor mm_i8(std::string kind, torch::Tensor x, torch::Tensor qp, torch::
   const int64_t M = x.size(0), K = x.size(1), T = qp.size(0), G = K / group, S = dd.size(1);
   const int64_t GP = (G + 1) / 2;
   TORCH_CHECK(K % group == 0 && sc.size(1) == G);
-  TORCH_CHECK(q4 ? qp.size(1) == K / 2 && pairs.size(1) == GP
+  TORCH_CHECK(q4 ? qp.size(1) == K / 2
                  : qp.size(1) == G && qp.size(2) == Q6_BYTES && pairs.size(1) == S);
   const QuantRows qx = quantize_rows(x.data_ptr<at::BFloat16>(), M, K, group, !q4);
   const uint8_t* Q = qp.data_ptr<uint8_t>();
   const uint8_t* SC = (const uint8_t*)sc.data_ptr();
   const float* DD = dd.data_ptr<float>();
   const void* PR = pairs.data_ptr();
-  const int16_t* PR16 = (const int16_t*)PR;
   const int32_t* C4 = (const int32_t*)PR;
   const float* Bias = bias_opt.has_value() ? bias_opt->data_ptr<float>() : nullptr;
   auto y = output(x, T * 16, out_f32);
@@ -875,7 +878,7 @@ torch::Tensor mm_i8(std::string kind, torch::Tensor x, torch::Tensor qp, torch::
           dots_all<4>(qx.xq.data(), K, M, g, w, scv, A.data());
         }
         if (q4 && (g % 2 == 1 || g == G - 1))  // this pair's B multipliers, as the pairs go by
-          pr[(g & (per - 1)) / 2] = _mm512_loadu_si512(PR16 + (t * GP + g / 2) * 32);
+          pr[(g & (per - 1)) / 2] = mins_pair(SC, t, G, g / 2);
         if ((g & (per - 1)) == per - 1 || g == G - 1) {  // the end of super-block s
           const int64_t s = g / per, g0 = s * per, j0 = g0 / 2, j1 = (g + 2) / 2;
           if (!q4) pr[0] = _mm512_loadu_si512(C4 + (t * S + s) * 16);

@@ -393,6 +393,7 @@ def _quant_linear_class() -> type:
             ext = extension()
             self.activations = activations or resolve_activations()
             self.int8 = self.activations == "int8"
+            # what the int8 form needs beside the weights (q6: a per-column constant)
             pairs = ext.pairs_i8(kind, packed["qp"], packed["sc"]) if self.int8 else None
             self.register_buffer("pairs", pairs, persistent=False)
             self.run = getattr(ext, f"mm_{kind}")

@@ -188,7 +188,8 @@ PromptOpt = Annotated[
     _opt(
         "--prompt",
         metavar="NAME|PATH",
-        help="Prompt template: a bundled name (default, minimal, strict) or a template file.",
+        help="Prompt template: a bundled name (default, minimal, strict, sandwich) or a "
+        "template file.",
         panel=_GEN,
     ),
 ]

@@ -239,7 +239,8 @@ def _run(
         _line(
             console,
             f"adapld bench: {len(tasks)} tasks x {len(options.methods)} methods "
-            f"({', '.join(options.methods)}) on {loaded.name} [{loaded.device}, {loaded.dtype}]",
+            f"({', '.join(options.methods)}) on {loaded.name} "
+            f"[{loaded.device}, {loaded.dtype}, {loaded.weights_label()}]",
         )
     results = BenchResults.measure(
         runner,

@@ -112,8 +112,7 @@ class BenchRunner:
         ar_row: dict[str, Any] | None = None
         for method in opts.methods:
             run, first, result = self._attempts(session, method, prep)
-            row = _row(task, method, run, result)
-            row["first_status"] = first.status
+            row = _row(task, method, run, result, first)
             if opts.run_tests and task.tests:
                 row["passed"] = testrun.passes(result.new_text, task.tests, opts.test_timeout)
                 row["passed_first"] = (
@@ -203,7 +202,7 @@ def _save(folder: str, task: Task, method: str, text: str) -> None:
     (out / f"{stem}.{method}.py").write_text(text, encoding="utf-8")
 
 
-def _row(task: Task, method: str, run: MethodRun, result: Any) -> dict[str, Any]:
+def _row(task: Task, method: str, run: MethodRun, result: Any, first: Any) -> dict[str, Any]:
     """One JSON-ready row: the run's statistics (:meth:`Stats.as_dict`) with end-to-end time
     (wall clock, not prefill + decode) and the fields filled in later (comparison, tests)."""
     wall = run.wall_s
@@ -223,7 +222,7 @@ def _row(task: Task, method: str, run: MethodRun, result: Any) -> dict[str, Any]
         "first_diff": None,
         "peak_rss_mb": _round(run.extra.get("peak_rss_mb"), 1),
         "attempts": result.attempts,
-        "first_status": result.status,
+        "first_status": first.status,
         "passed": None,
         "passed_first": None,
     }

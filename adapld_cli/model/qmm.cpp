@@ -509,7 +509,7 @@ torch::Tensor attention(torch::Tensor q, torch::Tensor k, torch::Tensor v, torch
 //   q4 (q 0..15 unsigned, xq signed): A = sum_g sc_g sum(q xq), B = sum_g mn_g sum_g(xq),
 //       acc += d xs * A - dmin xs * B
 //   q6 (q -32..31 signed, the inputs as xq + 128 unsigned): A = sum_g sc_g sum(q (xq + 128)),
-//       C = sum_g sc_g sum(q), a constant of the weights (pairs_i8), so that A - 128 C =
+//       C = sum_g sc_g sum(q), a constant of the weights (offsets_i8), so that A - 128 C =
 //       sum_g sc_g sum(q xq) exactly; acc += d xs * (A - 128 C), with no per-row term
 // Integer sums are exact, so their order is free; the float steps per row and super-block
 // are one fixed sequence whatever M is, and a row's quantization depends on that row alone:
@@ -707,9 +707,9 @@ inline void block_sums_any(int R, const int32_t* x, int64_t g0, int64_t ng, cons
   else block_sums<1, P>(x, g0, ng, wb, scb, out);
 }
 
-// The end of super-block s for the R rows of one full row block from row m: B summed over
-// the NJ group pairs, then close_row, rows interleaved (compile-time sizes).
-template <int R, bool Q4, int NJ>
+// The end of a full q4 super-block s for the R rows of one row block from row m: B summed
+// over its 4 group pairs, then close_row, rows interleaved (compile-time sizes).
+template <int R>
 inline void close_rows(const QuantRows& qx, int64_t m, int64_t S, int64_t s, int64_t GP,
                        int64_t j0, const __m512i* pr, __m512 d, __m512 dmin, const __m512i* A,
                        __m512* acc) {
@@ -717,12 +717,12 @@ inline void close_rows(const QuantRows& qx, int64_t m, int64_t S, int64_t s, int
   for (int r = 0; r < R; ++r) B[r] = _mm512_setzero_si512();
   const int32_t* qp = qx.qp.data() + m * GP + j0;
 #pragma GCC unroll 8
-  for (int j = 0; j < NJ; ++j)
+  for (int j = 0; j < 4; ++j)
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) B[r] = _mm512_dpwssd_epi32(B[r], pr[j], _mm512_set1_epi32(qp[r * GP + j]));
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r)
-    acc[m + r] = close_row(Q4, A[r], B[r], qx.xs[(m + r) * S + s], d, dmin, acc[m + r]);
+    acc[m + r] = close_row(true, A[r], B[r], qx.xs[(m + r) * S + s], d, dmin, acc[m + r]);
 }
 
 // close_rows for the R rows of any row block from row m (q4: pairs j0 .. j1 - 1 of super-block
@@ -737,9 +737,9 @@ inline void close_rows_any(bool q4, int R, bool full, const QuantRows& qx, int64
       acc[m + r] = close_row(false, A[r], pr[0], qx.xs[(m + r) * S + s], d, dmin, acc[m + r]);
     return;
   }
-  if (full && R == RB) return close_rows<RB, true, 4>(qx, m, S, s, GP, j0, pr, d, dmin, A, acc);
-  if (full && R == 4) return close_rows<4, true, 4>(qx, m, S, s, GP, j0, pr, d, dmin, A, acc);
-  if (full && R == 1) return close_rows<1, true, 4>(qx, m, S, s, GP, j0, pr, d, dmin, A, acc);
+  if (full && R == RB) return close_rows<RB>(qx, m, S, s, GP, j0, pr, d, dmin, A, acc);
+  if (full && R == 4) return close_rows<4>(qx, m, S, s, GP, j0, pr, d, dmin, A, acc);
+  if (full && R == 1) return close_rows<1>(qx, m, S, s, GP, j0, pr, d, dmin, A, acc);
   for (int r = 0; r < R; ++r) {
     const int64_t row = m + r;
     __m512i B = _mm512_setzero_si512();
@@ -752,7 +752,7 @@ inline void close_rows_any(bool q4, int R, bool full, const QuantRows& qx, int64
 // mm_i8 for M >= 4 (see above): tiles split over threads, super-blocks in order per tile.
 void mm_i8_blocked(bool q4, const QuantRows& qx, int64_t M, int64_t K, int64_t T, int64_t G,
                    int64_t S, const uint8_t* Q, const uint8_t* SC, const float* DD,
-                   const void* PR, const float* Bias, bool out_f32, void* Y) {
+                   const int32_t* C4, const float* Bias, bool out_f32, void* Y) {
   const int64_t group = q4 ? 32 : 16, per = 256 / group, P = group / 4, GP = (G + 1) / 2;
   at::parallel_for(0, T, 1, [&](int64_t t0, int64_t t1) {
     alignas(64) __m512i wb[64];  // per super-block: 8 groups x 8 (q4) or 16 x 4 (q6)
@@ -777,7 +777,7 @@ void mm_i8_blocked(bool q4, const QuantRows& qx, int64_t M, int64_t K, int64_t T
         if (q4)
           for (int64_t j = j0; j < j1; ++j) pr[j - j0] = mins_pair(SC, t, G, j);
         else
-          pr[0] = _mm512_loadu_si512((const int32_t*)PR + (t * S + s) * 16);
+          pr[0] = _mm512_loadu_si512(C4 + (t * S + s) * 16);
         const float* dp = DD + (t * S + s) * (q4 ? 32 : 16);
         const __m512 d = _mm512_loadu_ps(dp), dmin = q4 ? _mm512_loadu_ps(dp + 16) : _mm512_setzero_ps();
         for (int64_t m = 0; m < M;) {
@@ -799,7 +799,7 @@ void mm_i8_blocked(bool q4, const QuantRows& qx, int64_t M, int64_t K, int64_t T
 // What the int8 form needs beside the weights, made once at load. q4: nothing (an empty
 // tensor: its B multipliers come from the scales, mins_pair). q6: 4 C per tile, super-block
 // and column, C = sum_g sc_g sum(q) over the super-block's groups, int32 [T][S][16] (exact).
-torch::Tensor pairs_i8(std::string kind, torch::Tensor qp, torch::Tensor sc) {
+torch::Tensor offsets_i8(std::string kind, torch::Tensor qp, torch::Tensor sc) {
   const bool q4 = kind == "q4";
   const int64_t T = sc.size(0), G = sc.size(1);
   if (!q4) {
@@ -809,21 +809,17 @@ torch::Tensor pairs_i8(std::string kind, torch::Tensor qp, torch::Tensor sc) {
     int32_t* C = out.data_ptr<int32_t>();
     const uint8_t* Q = qp.data_ptr<uint8_t>();
     const int8_t* SC = sc.data_ptr<int8_t>();
+    const __m512i ones = _mm512_set1_epi8(1), bias = _mm512_set1_epi32(16 * 32);
     at::parallel_for(0, T, 1, [&](int64_t t0, int64_t t1) {
       for (int64_t t = t0; t < t1; ++t)
         for (int64_t g = 0; g < G; ++g) {
-          alignas(64) int32_t u[16][16];  // [vector i * 4 + byte j][column]: u of input 4i + j
-          for (int i = 0; i < 4; ++i) {
-            alignas(64) uint8_t b[64];
-            _mm512_store_si512((__m512i*)b, unpack_q6_u(Q + (t * G + g) * Q6_BYTES, i));
-            for (int c = 0; c < 16; ++c)
-              for (int j = 0; j < 4; ++j) u[i * 4 + j][c] = b[c * 4 + j];
-          }
-          for (int c = 0; c < 16; ++c) {
-            int32_t sum = 0;
-            for (int k = 0; k < 16; ++k) sum += u[k][c] - 32;
-            C[(t * S + g / 16) * 16 + c] += 4 * SC[(t * G + g) * 16 + c] * sum;
-          }
+          __m512i sum = _mm512_setzero_si512();  // per column: sum of u over the 16 inputs
+          for (int i = 0; i < 4; ++i)
+            sum = _mm512_dpbusd_epi32(sum, unpack_q6_u(Q + (t * G + g) * Q6_BYTES, i), ones);
+          const __m512i sc = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i*)(SC + (t * G + g) * 16)));
+          int32_t* c = C + (t * S + g / 16) * 16;
+          const __m512i term = _mm512_slli_epi32(_mm512_mullo_epi32(sc, _mm512_sub_epi32(sum, bias)), 2);
+          _mm512_storeu_si512(c, _mm512_add_epi32(_mm512_loadu_si512(c), term));
         }
     });
     return out;
@@ -833,7 +829,7 @@ torch::Tensor pairs_i8(std::string kind, torch::Tensor qp, torch::Tensor sc) {
 
 
 torch::Tensor mm_i8(std::string kind, torch::Tensor x, torch::Tensor qp, torch::Tensor sc,
-                    torch::Tensor dd, torch::Tensor pairs, c10::optional<torch::Tensor> bias_opt,
+                    torch::Tensor dd, torch::Tensor offsets, c10::optional<torch::Tensor> bias_opt,
                     bool out_f32) {
   TORCH_CHECK(x.scalar_type() == torch::kBFloat16 && x.is_contiguous() && x.dim() == 2);
   const bool q4 = kind == "q4";
@@ -842,18 +838,17 @@ torch::Tensor mm_i8(std::string kind, torch::Tensor x, torch::Tensor qp, torch::
   const int64_t GP = (G + 1) / 2;
   TORCH_CHECK(K % group == 0 && sc.size(1) == G);
   TORCH_CHECK(q4 ? qp.size(1) == K / 2
-                 : qp.size(1) == G && qp.size(2) == Q6_BYTES && pairs.size(1) == S);
+                 : qp.size(1) == G && qp.size(2) == Q6_BYTES && offsets.size(1) == S);
   const QuantRows qx = quantize_rows(x.data_ptr<at::BFloat16>(), M, K, group, !q4);
   const uint8_t* Q = qp.data_ptr<uint8_t>();
   const uint8_t* SC = (const uint8_t*)sc.data_ptr();
   const float* DD = dd.data_ptr<float>();
-  const void* PR = pairs.data_ptr();
-  const int32_t* C4 = (const int32_t*)PR;
+  const int32_t* C4 = q4 ? nullptr : offsets.data_ptr<int32_t>();
   const float* Bias = bias_opt.has_value() ? bias_opt->data_ptr<float>() : nullptr;
   auto y = output(x, T * 16, out_f32);
   void* Y = y.data_ptr();
   if (M >= BLOCKED_ROWS) {
-    mm_i8_blocked(q4, qx, M, K, T, G, S, Q, SC, DD, PR, Bias, out_f32, Y);
+    mm_i8_blocked(q4, qx, M, K, T, G, S, Q, SC, DD, C4, Bias, out_f32, Y);
     return y;
   }
   at::parallel_for(0, T, 1, [&](int64_t t0, int64_t t1) {
@@ -902,7 +897,7 @@ torch::Tensor mm_i8(std::string kind, torch::Tensor x, torch::Tensor qp, torch::
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("mm_q4", &mm_q4, "bf16 x [M, K] @ Q4_K-style weights -> [M, N]");
   m.def("mm_q6", &mm_q6, "bf16 x [M, K] @ Q6_K-style weights -> [M, N]");
-  m.def("pairs_i8", &pairs_i8, "the B-term multipliers of mm_i8, two groups side by side");
+  m.def("offsets_i8", &offsets_i8, "mm_i8's per-column constant of q6 weights (empty for q4)");
   m.def("mm_i8", &mm_i8, "bf16 x [M, K] as int8 @ Q4_K/Q6_K-style weights -> [M, N]");
   m.def("attention", &attention, "exact per-query attention over prefix + extra keys",
         py::arg("q"), py::arg("k"), py::arg("v"), py::arg("prefix"), py::arg("ptr"),

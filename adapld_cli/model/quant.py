@@ -394,8 +394,8 @@ def _quant_linear_class() -> type:
             self.activations = activations or resolve_activations()
             self.int8 = self.activations == "int8"
             # what the int8 form needs beside the weights (q6: a per-column constant)
-            pairs = ext.pairs_i8(kind, packed["qp"], packed["sc"]) if self.int8 else None
-            self.register_buffer("pairs", pairs, persistent=False)
+            offsets = ext.offsets_i8(kind, packed["qp"], packed["sc"]) if self.int8 else None
+            self.register_buffer("offsets", offsets, persistent=False)
             self.run = getattr(ext, f"mm_{kind}")
             self.run_i8 = ext.mm_i8
             self.dtype = torch.bfloat16
@@ -405,7 +405,7 @@ def _quant_linear_class() -> type:
             x2 = x.reshape(-1, shape[-1]).to(torch.bfloat16).contiguous()  # [M, in]
             if self.int8:
                 y = self.run_i8(
-                    self.kind, x2, self.qp, self.sc, self.dd, self.pairs, self.fbias, False
+                    self.kind, x2, self.qp, self.sc, self.dd, self.offsets, self.fbias, False
                 )
             else:
                 y = self.run(x2, self.qp, self.sc, self.dd, self.fbias, False)

@@ -1,0 +1,277 @@
+"""A lean forward for Llama-family decoders on the exact CPU kernels: the same numbers, less
+host work per pass.
+
+On a CPU a single decoding step of the 1.5B model spends ~40 ms in the int8 products and
+~20 ms more in serial host work between them: transformers' module calls, keyword plumbing,
+mask helpers, three projections where one would do, each quantizing the same input again
+(the second thread spins meanwhile). :func:`install` rewires a loaded model in place, once:
+
+- **Fused projections.** A layer's ``q``/``k``/``v`` projections (and ``gate``/``up``) that are
+  :class:`~adapld_cli.model.quant.QuantLinear` layers of one kind become one call over their
+  concatenated weight tiles; the separate layers become views of the fused tiles (no extra
+  memory, and the stock path still works). ``qmm.cpp`` computes each 16-column tile on its
+  own, from the same quantized input rows, so every output value is bit for bit the separate
+  call's.
+- **A lean layer forward** (passes of at most :data:`~adapld_cli.model.kernels.EXACT_MAX_QUERIES`
+  tokens, the decoding passes): the very tensor ops of transformers' decoder layer (RMSNorm
+  in float32, RoPE, SiLU, residual adds, each in the same dtype and order), the cache written
+  in place and the native exact attention called directly. Longer passes (prefill chunks)
+  run the stock layer. Hence the outputs, and every figure measured before, are unchanged
+  bit for bit; tests compare the two forwards on tiny models of both families.
+- **A lean base forward** for those passes: embeddings, rotary tables, the layers (module
+  calls, so forward hooks fire), the final norm; the 4D mask is passed through as
+  transformers would (it returns a prepared 4D mask as it is).
+
+Only what it recognises is rewired (:func:`reason` says why not): a Qwen2 or Llama causal LM
+on the CPU with the ``exact`` kernels and the native attention, full attention in every
+layer, SiLU MLPs. Anything else keeps transformers' forward. ``$ADAPLD_LEAN=0`` turns it off
+(comparisons).
+"""
+
+from __future__ import annotations
+
+import os
+import types
+from typing import Any
+
+ENV_LEAN = "ADAPLD_LEAN"
+FAMILIES = ("qwen2", "llama")
+
+
+def enabled() -> bool:
+    """False when ``$ADAPLD_LEAN`` is ``0``/``off``/``no``/``false``."""
+    return os.environ.get(ENV_LEAN, "1").strip().lower() not in ("0", "off", "no", "false")
+
+
+def reason(model: Any) -> str | None:
+    """Why :func:`install` would leave ``model`` alone (one line), or None."""
+    from adapld_cli.model import kernels
+
+    config = getattr(model, "config", None)
+    if getattr(config, "model_type", None) not in FAMILIES:
+        return f"not a {' or '.join(FAMILIES)} model"
+    if getattr(model, "adapld_kernels", "stock") != "exact":
+        return "the exact kernels are not in use"
+    if kernels._native_attention() is None:
+        return "the native attention kernel is not built"
+    if any(t != "full_attention" for t in getattr(config, "layer_types", None) or []):
+        return "a layer is not full attention"
+    if getattr(config, "hidden_act", "silu") != "silu":
+        return f"the MLP activation is {config.hidden_act}, not silu"
+    base = getattr(model, "model", None)
+    if base is None or not hasattr(base, "layers") or not hasattr(base, "rotary_emb"):
+        return "no decoder layers or rotary embedding where expected"
+    if getattr(config, "pretraining_tp", 1) != 1:
+        return "tensor-parallel pretraining slices"
+    return None
+
+
+def install(model: Any) -> bool:
+    """Rewire ``model`` (module docstring) unless :func:`reason` objects or
+    ``$ADAPLD_LEAN`` is off; returns whether it did. Idempotent; sets ``model.adapld_lean``."""
+    if getattr(model, "adapld_lean", False):
+        return True
+    if not enabled() or reason(model) is not None:
+        model.adapld_lean = False
+        return False
+    base = model.model
+    for layer in base.layers:
+        attn, mlp = layer.self_attn, layer.mlp
+        attn.adapld_qkv = fuse([attn.q_proj, attn.k_proj, attn.v_proj])
+        mlp.adapld_gate_up = fuse([mlp.gate_proj, mlp.up_proj])
+        layer.forward = types.MethodType(_layer_forward, layer)
+    base.adapld_stock_forward = base.forward
+    base.forward = types.MethodType(_base_forward, base)
+    model.adapld_lean = True
+    return True
+
+
+# ----------------------------------------------------------------------------- projections
+
+
+class Fused:
+    """Projections ``parts`` computed as one: ``__call__(x [M, in])`` -> the outputs of each
+    part, in order (views of one ``[M, sum(out)]`` result where fused)."""
+
+    def __init__(self, parts: list[Any], fused: Any | None) -> None:
+        self.parts, self.fused = parts, fused
+        self.sizes = [p.out_features for p in parts]
+
+    def __call__(self, x: Any) -> list[Any]:
+        if self.fused is None:
+            return [p(x) for p in self.parts]
+        # contiguous: the parts' outputs as the separate layers return them
+        return [y.contiguous() for y in self.fused(x).split(self.sizes, dim=-1)]
+
+
+def fuse(parts: list[Any]) -> Fused:
+    """One :class:`QuantLinear` over the weight tiles of ``parts`` when they are all
+    quantized linears of one kind and input, with biases on all or none; the parts' own
+    tensors become views of the fused ones. Otherwise the parts are called one by one."""
+    import torch
+
+    from adapld_cli.model.quant import quant_linear_class
+
+    cls = quant_linear_class()
+    first = parts[0]
+    same = all(
+        isinstance(p, cls)
+        and p.kind == first.kind
+        and p.in_features == first.in_features
+        and p.activations == first.activations
+        and (p.fbias is None) == (first.fbias is None)
+        for p in parts
+    )
+    if not same or len(parts) < 2:
+        return Fused(parts, None)
+    joined = {name: torch.cat([getattr(p, name) for p in parts], 0) for name in ("qp", "sc", "dd")}
+    fused = cls(first.kind, joined, first.in_features, activations=first.activations)
+    if first.fbias is not None:
+        fused.fbias = torch.cat([p.fbias for p in parts], 0)
+    # the parts read their rows of the fused tensors: every one is tiles of 16 columns first,
+    # the float32 bias 16 columns a tile
+    tile0 = 0
+    for p in parts:
+        tiles = p.qp.shape[0]
+        for name in ("qp", "sc", "dd", "offsets", "fbias"):
+            whole = getattr(fused, name)
+            if whole is not None and whole.numel():
+                unit = 16 if name == "fbias" else 1
+                setattr(p, name, whole.narrow(0, tile0 * unit, tiles * unit))
+        tile0 += tiles
+    return Fused(parts, fused)
+
+
+# ----------------------------------------------------------------------------- forwards
+
+
+def _rms_norm(norm: Any, x: Any) -> Any:
+    """``Qwen2RMSNorm`` / ``LlamaRMSNorm``'s forward, op for op."""
+    import torch
+
+    dtype = x.dtype
+    h = x.to(torch.float32)
+    variance = h.pow(2).mean(-1, keepdim=True)
+    h = h * torch.rsqrt(variance + norm.variance_epsilon)
+    return norm.weight * h.to(dtype)
+
+
+def _rotate_half(x: Any) -> Any:
+    import torch
+
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+def _lean_ok(hidden: Any, mask: Any, cache: Any) -> bool:
+    from adapld_cli.model.kernels import EXACT_MAX_QUERIES
+
+    return (
+        hidden.shape[0] == 1
+        and hidden.shape[1] <= EXACT_MAX_QUERIES
+        and cache is not None
+        and (mask is None or getattr(mask, "dim", lambda: 0)() == 4)
+    )
+
+
+def _attention(layer: Any, x: Any, cos: Any, sin: Any, mask: Any, cache: Any) -> Any:
+    """The attention block of one decoder layer over normed inputs ``x [1, n, H]``."""
+    from adapld_cli.model import kernels
+
+    attn = layer.self_attn
+    n, d = x.shape[1], attn.head_dim
+    q, k, v = attn.adapld_qkv(x)  # [1, n, heads * d] each
+    q = q.view(1, n, -1, d).transpose(1, 2)  # [1, H, n, d]
+    k = k.view(1, n, -1, d).transpose(1, 2)  # [1, KV, n, d]
+    v = v.view(1, n, -1, d).transpose(1, 2)
+    c, s = cos.unsqueeze(1), sin.unsqueeze(1)  # [1, 1, n, d]
+    q = (q * c) + (_rotate_half(q) * s)
+    k = (k * c) + (_rotate_half(k) * s)
+    keys, values = cache.update(k, v, attn.layer_idx)  # [1, KV, S, d] views
+    out, _ = kernels.exact_attention(attn, q, keys, values, mask, scaling=attn.scaling)
+    return attn.o_proj(out.reshape(1, n, -1))  # out [1, n, H, d]
+
+
+def _layer_forward(
+    self: Any,
+    hidden_states: Any,
+    attention_mask: Any = None,
+    position_ids: Any = None,
+    cache: Any = None,
+    use_cache: bool | None = False,
+    position_embeddings: Any = None,
+    **kwargs: Any,
+) -> Any:
+    """A decoder layer's forward: the lean ops for decoding passes, the stock layer else."""
+    if kwargs.get("past_key_values") is not None and cache is None:
+        cache = kwargs.pop("past_key_values")
+    if not _lean_ok(hidden_states, attention_mask, cache) or position_embeddings is None:
+        return type(self).forward(
+            self,
+            hidden_states,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            cache=cache,
+            use_cache=use_cache,
+            position_embeddings=position_embeddings,
+            **kwargs,
+        )
+    import torch.nn.functional as F
+
+    cos, sin = position_embeddings
+    residual = hidden_states
+    h = _rms_norm(self.input_layernorm, hidden_states)
+    h = residual + _attention(self, h, cos, sin, attention_mask, cache)
+    residual = h
+    h = _rms_norm(self.post_attention_layernorm, h)
+    gate, up = self.mlp.adapld_gate_up(h)
+    return residual + self.mlp.down_proj(F.silu(gate) * up)
+
+
+def _base_forward(
+    self: Any,
+    input_ids: Any = None,
+    attention_mask: Any = None,
+    position_ids: Any = None,
+    cache: Any = None,
+    inputs_embeds: Any = None,
+    use_cache: bool | None = None,
+    **kwargs: Any,
+) -> Any:
+    """The decoder's forward: lean for decoding passes with a cache and positions given,
+    transformers' own otherwise."""
+    if cache is None:
+        cache = kwargs.pop("past_key_values", None)
+    lean = (
+        input_ids is not None
+        and inputs_embeds is None
+        and position_ids is not None
+        and use_cache
+        and not kwargs
+        and input_ids.dim() == 2
+        and _lean_ok(input_ids[..., None], attention_mask, cache)
+    )
+    if not lean:
+        return self.adapld_stock_forward(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            cache=cache,
+            inputs_embeds=inputs_embeds,
+            use_cache=use_cache,
+            **kwargs,
+        )
+    from transformers.modeling_outputs import BaseModelOutputWithPast
+
+    hidden = self.embed_tokens(input_ids)
+    position_embeddings = self.rotary_emb(hidden, position_ids)
+    for layer in self.layers[: self.config.num_hidden_layers]:
+        hidden = layer(
+            hidden,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            cache=cache,
+            use_cache=True,
+            position_embeddings=position_embeddings,
+        )
+    return BaseModelOutputWithPast(last_hidden_state=_rms_norm(self.norm, hidden), cache=cache)

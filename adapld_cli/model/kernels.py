@@ -20,9 +20,10 @@ that on a CPU (float32, or bfloat16 where oneDNN supports it):
 
 Modes (``$ADAPLD_KERNELS``, or the ``mode`` argument): ``exact`` (default: prepacked linears
 + batch-invariant attention + :mod:`adapld_cli.model.lean`'s forward, bit for bit the stock
-one's with fused projections and less host work; ``$ADAPLD_LEAN=0`` keeps transformers'), ``packed`` (prepacked linears, stock attention), ``stock``
-(leave the model alone, for comparisons). Anything other than a CPU model in float32 or
-bfloat16 (float64 test models, float16, CUDA, MPS, a torch without oneDNN) is left alone.
+one's with fused projections and less host work; ``$ADAPLD_LEAN=0`` keeps transformers'),
+``packed`` (prepacked linears, stock attention), ``stock`` (leave the model alone, for
+comparisons). Anything other than a CPU model in float32 or bfloat16 (float64 test models,
+float16, CUDA, MPS, a torch without oneDNN) is left alone.
 Tied embeddings keep working: the embedding keeps its weight, the LM head gets a packed copy.
 Linears already on the quantized kernels (:mod:`adapld_cli.model.quant`, batch-invariant
 too) are left as they are.

@@ -7,11 +7,11 @@ mask helpers, three projections where one would do, each quantizing the same inp
 (the second thread spins meanwhile). :func:`install` rewires a loaded model in place, once:
 
 - **Fused projections.** A layer's ``q``/``k``/``v`` projections (and ``gate``/``up``) that are
-  :class:`~adapld_cli.model.quant.QuantLinear` layers of one kind become one call over their
-  concatenated weight tiles; the separate layers become views of the fused tiles (no extra
-  memory, and the stock path still works). ``qmm.cpp`` computes each 16-column tile on its
-  own, from the same quantized input rows, so every output value is bit for bit the separate
-  call's.
+  :class:`~adapld_cli.model.quant.QuantLinear` layers of one kind with int8 inputs become
+  one kernel call over all their weights, read where they are (no copy): the input is
+  quantized once and one parallel region runs instead of three. ``qmm.cpp`` computes each
+  16-column tile on its own from the same quantized input rows, so every output value is bit
+  for bit the separate call's.
 - **A lean layer forward** (passes of at most :data:`~adapld_cli.model.kernels.EXACT_MAX_QUERIES`
   tokens, the decoding passes): the very tensor ops of transformers' decoder layer (RMSNorm
   in float32, RoPE, SiLU, residual adds, each in the same dtype and order), the cache written
@@ -90,56 +90,52 @@ def install(model: Any) -> bool:
 
 
 class Fused:
-    """Projections ``parts`` computed as one: ``__call__(x [M, in])`` -> the outputs of each
-    part, in order (views of one ``[M, sum(out)]`` result where fused)."""
+    """Projections ``parts`` computed as one: ``__call__(x [..., in])`` -> each part's output
+    ``[..., out_i]``, in order. Fused (``fused`` True): one ``mm_i8_parts`` call over all the
+    parts' weights, read where they are; else the parts one by one."""
 
-    def __init__(self, parts: list[Any], fused: Any | None) -> None:
+    def __init__(self, parts: list[Any], fused: bool) -> None:
         self.parts, self.fused = parts, fused
         self.sizes = [p.out_features for p in parts]
+        if fused:
+            import torch
+
+            first = parts[0]
+            self.kind, self.run = first.kind, first.ext.mm_i8_parts
+            none = torch.empty(0)
+            self.weights = [[getattr(p, name) for p in parts] for name in ("qp", "sc", "dd")]
+            self.offsets = [p.offsets for p in parts]
+            self.biases = [none if p.fbias is None else p.fbias for p in parts]
 
     def __call__(self, x: Any) -> list[Any]:
-        if self.fused is None:
+        if not self.fused:
             return [p(x) for p in self.parts]
+        import torch
+
+        shape = x.shape
+        x2 = x.reshape(-1, shape[-1]).to(torch.bfloat16).contiguous()  # [M, in]
+        y = self.run(self.kind, x2, *self.weights, self.offsets, self.biases, False)
+        y = y.reshape(*shape[:-1], y.shape[-1])
         # contiguous: the parts' outputs as the separate layers return them
-        return [y.contiguous() for y in self.fused(x).split(self.sizes, dim=-1)]
+        return [part.contiguous() for part in y.split(self.sizes, dim=-1)]
 
 
 def fuse(parts: list[Any]) -> Fused:
-    """One :class:`QuantLinear` over the weight tiles of ``parts`` when they are all
-    quantized linears of one kind and input, with biases on all or none; the parts' own
-    tensors become views of the fused ones. Otherwise the parts are called one by one."""
-    import torch
-
+    """The parts as one call when they are all :class:`QuantLinear` layers of one kind and
+    input size taking int8 inputs (``qmm.cpp`` computes each 16-column tile on its own from
+    the same quantized rows, so every value is the separate call's); else one by one."""
     from adapld_cli.model.quant import quant_linear_class
 
     cls = quant_linear_class()
     first = parts[0]
-    same = all(
+    same = len(parts) > 1 and all(
         isinstance(p, cls)
+        and p.int8
         and p.kind == first.kind
         and p.in_features == first.in_features
-        and p.activations == first.activations
-        and (p.fbias is None) == (first.fbias is None)
         for p in parts
     )
-    if not same or len(parts) < 2:
-        return Fused(parts, None)
-    joined = {name: torch.cat([getattr(p, name) for p in parts], 0) for name in ("qp", "sc", "dd")}
-    fused = cls(first.kind, joined, first.in_features, activations=first.activations)
-    if first.fbias is not None:
-        fused.fbias = torch.cat([p.fbias for p in parts], 0)
-    # the parts read their rows of the fused tensors: every one is tiles of 16 columns first,
-    # the float32 bias 16 columns a tile
-    tile0 = 0
-    for p in parts:
-        tiles = p.qp.shape[0]
-        for name in ("qp", "sc", "dd", "offsets", "fbias"):
-            whole = getattr(fused, name)
-            if whole is not None and whole.numel():
-                unit = 16 if name == "fbias" else 1
-                setattr(p, name, whole.narrow(0, tile0 * unit, tiles * unit))
-        tile0 += tiles
-    return Fused(parts, fused)
+    return Fused(parts, same)
 
 
 # ----------------------------------------------------------------------------- forwards

@@ -749,10 +749,31 @@ inline void close_rows_any(bool q4, int R, bool full, const QuantRows& qx, int64
   }
 }
 
-// mm_i8 for M >= 4 (see above): tiles split over threads, super-blocks in order per tile.
+// One weight set of an mm_i8 call: several sets of one kind and input (a layer's q, k and v
+// projections) are one call, their tiles side by side in the output (set i's first tile is
+// `first`): one quantization of the input, one parallel region, each tile computed exactly as
+// in a call of its own set alone.
+struct Part {
+  const uint8_t* Q;
+  const uint8_t* SC;
+  const float* DD;
+  const int32_t* C4;  // q6: offsets_i8's constant; q4: null
+  const float* Bias;  // null: none
+  int64_t T, first;
+};
+
+// The set holding output tile t (of all sets'), and t's index in it.
+inline const Part& part_of(const std::vector<Part>& parts, int64_t t, int64_t* local) {
+  size_t i = 0;
+  while (t >= parts[i].first + parts[i].T) ++i;
+  *local = t - parts[i].first;
+  return parts[i];
+}
+
+// mm_i8 for M >= BLOCKED_ROWS (see above): tiles split over threads, super-blocks in order per
+// tile. T: the tiles of all parts.
 void mm_i8_blocked(bool q4, const QuantRows& qx, int64_t M, int64_t K, int64_t T, int64_t G,
-                   int64_t S, const uint8_t* Q, const uint8_t* SC, const float* DD,
-                   const int32_t* C4, const float* Bias, bool out_f32, void* Y) {
+                   int64_t S, const std::vector<Part>& parts, bool out_f32, void* Y) {
   const int64_t group = q4 ? 32 : 16, per = 256 / group, P = group / 4, GP = (G + 1) / 2;
   at::parallel_for(0, T, 1, [&](int64_t t0, int64_t t1) {
     alignas(64) __m512i wb[64];  // per super-block: 8 groups x 8 (q4) or 16 x 4 (q6)
@@ -760,7 +781,12 @@ void mm_i8_blocked(bool q4, const QuantRows& qx, int64_t M, int64_t K, int64_t T
     alignas(64) __m512i pr[8];
     __m512i Ab[RB];
     std::vector<__m512> acc(M);
-    for (int64_t t = t0; t < t1; ++t) {
+    for (int64_t tg = t0; tg < t1; ++tg) {
+      int64_t t;
+      const Part& part = part_of(parts, tg, &t);
+      const uint8_t *Q = part.Q, *SC = part.SC;
+      const float* DD = part.DD;
+      const int32_t* C4 = part.C4;
       for (int64_t m = 0; m < M; ++m) acc[m] = _mm512_setzero_ps();
       for (int64_t s = 0; s < S; ++s) {
         const int64_t g0 = s * per, g1 = std::min(G, g0 + per), ng = g1 - g0;
@@ -789,7 +815,7 @@ void mm_i8_blocked(bool q4, const QuantRows& qx, int64_t M, int64_t K, int64_t T
           m += R;
         }
       }
-      for (int64_t m = 0; m < M; ++m) store_row(acc[m], Bias, t, out_f32, Y, m * T * 16 + t * 16);
+      for (int64_t m = 0; m < M; ++m) store_row(acc[m], part.Bias, t, out_f32, Y, m * T * 16 + tg * 16);
     }
   });
 }
@@ -828,34 +854,54 @@ torch::Tensor offsets_i8(std::string kind, torch::Tensor qp, torch::Tensor sc) {
 }
 
 
-torch::Tensor mm_i8(std::string kind, torch::Tensor x, torch::Tensor qp, torch::Tensor sc,
-                    torch::Tensor dd, torch::Tensor offsets, c10::optional<torch::Tensor> bias_opt,
-                    bool out_f32) {
+// The products of x with each weight set (qp[i], sc[i], dd[i], offsets[i], bias[i]: bias an
+// empty tensor for none), one [M, sum N_i] result with set i's columns after set i - 1's.
+torch::Tensor mm_i8_parts(std::string kind, torch::Tensor x, std::vector<torch::Tensor> qps,
+                          std::vector<torch::Tensor> scs, std::vector<torch::Tensor> dds,
+                          std::vector<torch::Tensor> offsets, std::vector<torch::Tensor> biases,
+                          bool out_f32) {
   TORCH_CHECK(x.scalar_type() == torch::kBFloat16 && x.is_contiguous() && x.dim() == 2);
   const bool q4 = kind == "q4";
   const int64_t group = q4 ? 32 : 16, per = 256 / group;
-  const int64_t M = x.size(0), K = x.size(1), T = qp.size(0), G = K / group, S = dd.size(1);
+  const int64_t M = x.size(0), K = x.size(1), G = K / group, S = (K + 255) / 256;
   const int64_t GP = (G + 1) / 2;
-  TORCH_CHECK(K % group == 0 && sc.size(1) == G);
-  TORCH_CHECK(q4 ? qp.size(1) == K / 2
-                 : qp.size(1) == G && qp.size(2) == Q6_BYTES && offsets.size(1) == S);
+  const size_t n = qps.size();
+  TORCH_CHECK(n > 0 && scs.size() == n && dds.size() == n && offsets.size() == n && biases.size() == n);
+  TORCH_CHECK(K % group == 0);
+  std::vector<Part> parts;
+  int64_t T = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const auto &qp = qps[i], &sc = scs[i], &dd = dds[i], &off = offsets[i], &b = biases[i];
+    const int64_t Ti = qp.size(0);
+    TORCH_CHECK(qp.is_contiguous() && sc.is_contiguous() && dd.is_contiguous());
+    TORCH_CHECK(sc.size(0) == Ti && sc.size(1) == G && dd.size(0) == Ti && dd.size(1) == S);
+    TORCH_CHECK(q4 ? qp.size(1) == K / 2
+                   : qp.size(1) == G && qp.size(2) == Q6_BYTES && off.size(0) == Ti &&
+                         off.size(1) == S && off.is_contiguous());
+    TORCH_CHECK(b.numel() == 0 || (b.numel() == Ti * 16 && b.is_contiguous() &&
+                                   b.scalar_type() == torch::kFloat));
+    parts.push_back({qp.data_ptr<uint8_t>(), (const uint8_t*)sc.data_ptr(), dd.data_ptr<float>(),
+                     q4 ? nullptr : off.data_ptr<int32_t>(),
+                     b.numel() ? b.data_ptr<float>() : nullptr, Ti, T});
+    T += Ti;
+  }
   const QuantRows qx = quantize_rows(x.data_ptr<at::BFloat16>(), M, K, group, !q4);
-  const uint8_t* Q = qp.data_ptr<uint8_t>();
-  const uint8_t* SC = (const uint8_t*)sc.data_ptr();
-  const float* DD = dd.data_ptr<float>();
-  const int32_t* C4 = q4 ? nullptr : offsets.data_ptr<int32_t>();
-  const float* Bias = bias_opt.has_value() ? bias_opt->data_ptr<float>() : nullptr;
   auto y = output(x, T * 16, out_f32);
   void* Y = y.data_ptr();
   if (M >= BLOCKED_ROWS) {
-    mm_i8_blocked(q4, qx, M, K, T, G, S, Q, SC, DD, C4, Bias, out_f32, Y);
+    mm_i8_blocked(q4, qx, M, K, T, G, S, parts, out_f32, Y);
     return y;
   }
   at::parallel_for(0, T, 1, [&](int64_t t0, int64_t t1) {
     alignas(64) __m512i w[8], pr[8];
     std::vector<__m512> acc(M);
     std::vector<__m512i> A(M);
-    for (int64_t t = t0; t < t1; ++t) {
+    for (int64_t tg = t0; tg < t1; ++tg) {
+      int64_t t;
+      const Part& part = part_of(parts, tg, &t);
+      const uint8_t *Q = part.Q, *SC = part.SC;
+      const float* DD = part.DD;
+      const int32_t* C4 = part.C4;
       for (int64_t m = 0; m < M; ++m) {
         acc[m] = _mm512_setzero_ps();
         A[m] = _mm512_setzero_si512();
@@ -888,10 +934,18 @@ torch::Tensor mm_i8(std::string kind, torch::Tensor x, torch::Tensor qp, torch::
           }
         }
       }
-      for (int64_t m = 0; m < M; ++m) store_row(acc[m], Bias, t, out_f32, Y, m * T * 16 + t * 16);
+      for (int64_t m = 0; m < M; ++m) store_row(acc[m], part.Bias, t, out_f32, Y, m * T * 16 + tg * 16);
     }
   });
   return y;
+}
+
+// One weight set (see mm_i8_parts).
+torch::Tensor mm_i8(std::string kind, torch::Tensor x, torch::Tensor qp, torch::Tensor sc,
+                    torch::Tensor dd, torch::Tensor offsets, c10::optional<torch::Tensor> bias_opt,
+                    bool out_f32) {
+  torch::Tensor bias = bias_opt.has_value() ? *bias_opt : torch::empty({0}, torch::kFloat);
+  return mm_i8_parts(kind, x, {qp}, {sc}, {dd}, {offsets}, {bias}, out_f32);
 }
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
@@ -899,6 +953,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("mm_q6", &mm_q6, "bf16 x [M, K] @ Q6_K-style weights -> [M, N]");
   m.def("offsets_i8", &offsets_i8, "mm_i8's per-column constant of q6 weights (empty for q4)");
   m.def("mm_i8", &mm_i8, "bf16 x [M, K] as int8 @ Q4_K/Q6_K-style weights -> [M, N]");
+  m.def("mm_i8_parts", &mm_i8_parts, "mm_i8 of several weight sets of one kind -> [M, sum N]");
   m.def("attention", &attention, "exact per-query attention over prefix + extra keys",
         py::arg("q"), py::arg("k"), py::arg("v"), py::arg("prefix"), py::arg("ptr"),
         py::arg("extra"), py::arg("generic") = false);

@@ -390,7 +390,7 @@ def _quant_linear_class() -> type:
                 self.register_buffer(key, packed[key], persistent=False)
             fbias = None if bias is None else bias.detach().float().contiguous()
             self.register_buffer("fbias", fbias, persistent=False)
-            ext = extension()
+            ext = self.ext = extension()
             self.activations = activations or resolve_activations()
             self.int8 = self.activations == "int8"
             # what the int8 form needs beside the weights (q6: a per-column constant)

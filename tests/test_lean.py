@@ -23,8 +23,9 @@ WEIGHTS = [
     (torch.bfloat16, "q4", "bfloat16"),
     (torch.bfloat16, "q6", "int8"),
     (torch.bfloat16, "q6", "bfloat16"),
+    (torch.bfloat16, "q4_k_m", "int8"),
 ]
-IDS = ["float32", "bfloat16", "q4-int8", "q4-bf16", "q6-int8", "q6-bf16"]
+IDS = ["float32", "bfloat16", "q4-int8", "q4-bf16", "q6-int8", "q6-bf16", "q4_k_m-int8"]
 PARENTS = [-1, 0, 1, 2, 1, 4, 0, 6, 7]  # a chain with two branches
 
 
@@ -48,7 +49,19 @@ def _model(arch, dtype, kind, activations, monkeypatch, on: bool):
     model = tiny_model(arch, dtype="float32").to(dtype)
     if kind:
         assert quant.unavailable() is None, quant.unavailable()  # fail, never skip
-        assert quant.quantize_model(model, kind) == 22
+        if kind == "q4_k_m":  # as the GGUF's Q4_K_M: some layers' v_proj and down_proj Q6_K
+            cls = quant.quant_linear_class()
+            for i in (0, 2):
+                for owner, name in ((model.model.layers[i].self_attn, "v_proj"),
+                                    (model.model.layers[i].mlp, "down_proj")):  # fmt: skip
+                    old = getattr(owner, name)
+                    parts = quant.quantize_q6(old.weight.detach())
+                    setattr(
+                        owner, name, cls("q6", quant.pack("q6", parts), old.in_features, old.bias)
+                    )
+            assert quant.quantize_model(model, "q4") == 22 - 4
+        else:
+            assert quant.quantize_model(model, kind) == 22
     assert kernels.apply(model, "exact") == "exact"
     assert model.adapld_lean is on
     return model
@@ -86,11 +99,21 @@ def _trace(model) -> list[torch.Tensor]:
 def test_lean_forward_is_the_stock_forward_bit_for_bit(arch, dtype, kind, activations, monkeypatch):
     stock = _trace(_model(arch, dtype, kind, activations, monkeypatch, on=False))
     model = _model(arch, dtype, kind, activations, monkeypatch, on=True)
-    calls = []
-    real = lean._attention
-    monkeypatch.setattr(lean, "_attention", lambda *a: calls.append(1) or real(*a))
+    calls = {"python": 0, "native": 0}
+
+    def counted(name, real):
+        def run(*args):
+            calls[name] += 1
+            return real(*args)
+
+        return run
+
+    monkeypatch.setattr(lean, "_attention", counted("python", lean._attention))
+    monkeypatch.setattr(lean, "_native_forward", counted("native", lean._native_forward))
     fast = _trace(model)
-    assert len(calls) >= 3 * 6  # the lean layers ran: 3 layers x (last prefill chunk + 5 passes)
+    # the lean layers ran: 3 layers x (last prefill chunk + 5 passes), natively on int8 inputs
+    assert calls["native" if activations == "int8" else "python"] >= 3 * 6, calls
+    assert calls["python" if activations == "int8" else "native"] == 0, calls
     assert len(fast) == len(stock)
     for i, (a, b) in enumerate(zip(stock, fast, strict=True)):
         assert a.shape == b.shape and torch.equal(a, b), f"item {i} differs"
@@ -115,13 +138,13 @@ def test_bfloat16_inputs_are_not_fused(monkeypatch):
     assert not model.model.layers[0].self_attn.adapld_qkv.fused
 
 
-def test_mixed_kinds_are_called_one_by_one(monkeypatch):
+def test_mixed_kinds_are_one_call_per_kind(monkeypatch):
     monkeypatch.setenv(quant.ENV_ACTIVATIONS, "int8")
     cls = quant.quant_linear_class()
     a = cls("q4", quant.pack("q4", quant.quantize_q4(torch.randn(32, 64))), 64)
     b = cls("q6", quant.pack("q6", quant.quantize_q6(torch.randn(16, 64))), 64)
     both = lean.fuse([a, b])
-    assert not both.fused
+    assert both.fused and [len(g) for g in both.groups] == [1, 1]
     x = torch.randn(2, 64).bfloat16()
     ya, yb = both(x)
     assert torch.equal(ya, a(x)) and torch.equal(yb, b(x))

@@ -7,9 +7,9 @@ mask helpers, three projections where one would do, each quantizing the same inp
 (the second thread spins meanwhile). :func:`install` rewires a loaded model in place, once:
 
 - **Fused projections.** A layer's ``q``/``k``/``v`` projections (and ``gate``/``up``) that are
-  :class:`~adapld_cli.model.quant.QuantLinear` layers of one kind with int8 inputs become
-  one kernel call over all their weights, read where they are (no copy): the input is
-  quantized once and one parallel region runs instead of three. ``qmm.cpp`` computes each
+  :class:`~adapld_cli.model.quant.QuantLinear` layers with int8 inputs become one kernel call
+  per run of one kind over all their weights, read where they are (no copy): the input is
+  quantized once per call and one parallel region runs instead of three. ``qmm.cpp`` computes each
   16-column tile on its own from the same quantized input rows, so every output value is bit
   for bit the separate call's.
 - **A lean layer forward** (passes of at most :data:`~adapld_cli.model.kernels.EXACT_MAX_QUERIES`
@@ -79,6 +79,7 @@ def install(model: Any) -> bool:
         attn, mlp = layer.self_attn, layer.mlp
         attn.adapld_qkv = fuse([attn.q_proj, attn.k_proj, attn.v_proj])
         mlp.adapld_gate_up = fuse([mlp.gate_proj, mlp.up_proj])
+        layer.adapld_native = native_layer(layer, model.config)
         layer.forward = types.MethodType(_layer_forward, layer)
     base.adapld_stock_forward = base.forward
     base.forward = types.MethodType(_base_forward, base)
@@ -90,52 +91,106 @@ def install(model: Any) -> bool:
 
 
 class Fused:
-    """Projections ``parts`` computed as one: ``__call__(x [..., in])`` -> each part's output
-    ``[..., out_i]``, in order. Fused (``fused`` True): one ``mm_i8_parts`` call over all the
-    parts' weights, read where they are; else the parts one by one."""
+    """Projections ``parts`` of one input computed together: ``__call__(x [..., in])`` -> each
+    part's output ``[..., out_i]``, in order. With ``groups`` (runs of consecutive parts of one
+    kind), one ``mm_i8_parts`` call per group over its parts' weights, read where they are;
+    without, the parts one by one."""
 
-    def __init__(self, parts: list[Any], fused: bool) -> None:
-        self.parts, self.fused = parts, fused
+    def __init__(self, parts: list[Any], groups: list[list[Any]] | None) -> None:
+        self.parts, self.groups = parts, groups
         self.sizes = [p.out_features for p in parts]
-        if fused:
-            import torch
-
-            first = parts[0]
-            self.kind, self.run = first.kind, first.ext.mm_i8_parts
-            none = torch.empty(0)
-            self.weights = [[getattr(p, name) for p in parts] for name in ("qp", "sc", "dd")]
-            self.offsets = [p.offsets for p in parts]
-            self.biases = [none if p.fbias is None else p.fbias for p in parts]
+        self.fused = groups is not None
+        self.calls = [weight_set(g) for g in groups or []]
 
     def __call__(self, x: Any) -> list[Any]:
-        if not self.fused:
+        if self.groups is None:
             return [p(x) for p in self.parts]
         import torch
 
         shape = x.shape
         x2 = x.reshape(-1, shape[-1]).to(torch.bfloat16).contiguous()  # [M, in]
-        y = self.run(self.kind, x2, *self.weights, self.offsets, self.biases, False)
-        y = y.reshape(*shape[:-1], y.shape[-1])
-        # contiguous: the parts' outputs as the separate layers return them
-        return [part.contiguous() for part in y.split(self.sizes, dim=-1)]
+        outs: list[Any] = []
+        for group, call in zip(self.groups, self.calls, strict=True):
+            y = group[0].ext.mm_i8_parts(call["kind"], x2, *_args(call), False)
+            y = y.reshape(*shape[:-1], y.shape[-1])
+            # contiguous: the parts' outputs as the separate layers return them
+            sizes = [p.out_features for p in group]
+            outs += [part.contiguous() for part in y.split(sizes, dim=-1)]
+        return outs
+
+
+def weight_set(parts: list[Any]) -> dict[str, Any]:
+    """The ``mm_i8_parts`` arguments of quantized linears of one kind (an empty bias: none)."""
+    import torch
+
+    none = torch.empty(0)
+    return {
+        "kind": parts[0].kind,
+        **{name: [getattr(p, name) for p in parts] for name in ("qp", "sc", "dd", "offsets")},
+        "bias": [none if p.fbias is None else p.fbias for p in parts],
+    }
+
+
+def _args(call: dict[str, Any]) -> list[Any]:
+    return [call[name] for name in ("qp", "sc", "dd", "offsets", "bias")]
 
 
 def fuse(parts: list[Any]) -> Fused:
-    """The parts as one call when they are all :class:`QuantLinear` layers of one kind and
-    input size taking int8 inputs (``qmm.cpp`` computes each 16-column tile on its own from
-    the same quantized rows, so every value is the separate call's); else one by one."""
+    """The parts as one call per run of one kind when they are all :class:`QuantLinear` layers
+    of one input size taking int8 inputs (``qmm.cpp`` computes each 16-column tile on its own
+    from the same quantized rows, so every value is the separate call's); else one by one.
+    Q4_K_M files store some layers' ``v_proj`` as Q6_K: then ``q``/``k`` are one call, ``v``
+    another."""
     from adapld_cli.model.quant import quant_linear_class
 
     cls = quant_linear_class()
     first = parts[0]
-    same = len(parts) > 1 and all(
-        isinstance(p, cls)
-        and p.int8
-        and p.kind == first.kind
-        and p.in_features == first.in_features
-        for p in parts
+    if not all(isinstance(p, cls) and p.int8 and p.in_features == first.in_features for p in parts):
+        return Fused(parts, None)
+    groups: list[list[Any]] = []
+    for p in parts:
+        if groups and groups[-1][0].kind == p.kind:
+            groups[-1].append(p)
+        else:
+            groups.append([p])
+    return Fused(parts, groups)
+
+
+def native_layer(layer: Any, config: Any) -> Any | None:
+    """The layer as ``qmm.cpp``'s ``DecodeLayer`` (the whole decoding-pass layer in two native
+    calls around the cache write) when all its linears take int8 inputs and its q/k/v and
+    gate/up are fused, in bfloat16; else None (the Python form below runs)."""
+    import torch
+
+    from adapld_cli.model.quant import quant_linear_class
+
+    cls = quant_linear_class()
+    attn, mlp = layer.self_attn, layer.mlp
+    qkv, gate_up = attn.adapld_qkv, mlp.adapld_gate_up
+    heads, kv_heads, d = config.num_attention_heads, config.num_key_value_heads, attn.head_dim
+    norms = (layer.input_layernorm, layer.post_attention_layernorm)
+    if not (
+        qkv.fused
+        and gate_up.fused
+        and qkv.sizes == [heads * d, kv_heads * d, kv_heads * d]
+        and all(isinstance(p, cls) and p.int8 for p in (attn.o_proj, mlp.down_proj))
+        and all(norm.weight.dtype == torch.bfloat16 for norm in norms)
+    ):
+        return None
+    return qkv.parts[0].ext.DecodeLayer(
+        norms[0].weight.detach(),
+        float(norms[0].variance_epsilon),
+        norms[1].weight.detach(),
+        float(norms[1].variance_epsilon),
+        qkv.calls,
+        weight_set([attn.o_proj]),
+        gate_up.calls,
+        weight_set([mlp.down_proj]),
+        heads,
+        kv_heads,
+        d,
+        float(attn.scaling),
     )
-    return Fused(parts, same)
 
 
 # ----------------------------------------------------------------------------- forwards
@@ -215,6 +270,11 @@ def _layer_forward(
     import torch.nn.functional as F
 
     cos, sin = position_embeddings
+    native = self.adapld_native
+    if native is not None and hidden_states.dtype == cos.dtype:
+        out = _native_forward(self, native, hidden_states, cos, sin, attention_mask, cache)
+        if out is not None:
+            return out
     residual = hidden_states
     h = _rms_norm(self.input_layernorm, hidden_states)
     h = residual + _attention(self, h, cos, sin, attention_mask, cache)
@@ -222,6 +282,24 @@ def _layer_forward(
     h = _rms_norm(self.post_attention_layernorm, h)
     gate, up = self.mlp.adapld_gate_up(h)
     return residual + self.mlp.down_proj(F.silu(gate) * up)
+
+
+def _native_forward(
+    layer: Any, native: Any, hidden: Any, cos: Any, sin: Any, mask: Any, cache: Any
+) -> Any | None:
+    """The layer by its ``DecodeLayer``: ``hidden [1, n, E]`` -> ``[1, n, E]``; None (nothing
+    done) when the mask has no native attention plan."""
+    from adapld_cli.model import kernels
+
+    n, idx = hidden.shape[1], layer.self_attn.layer_idx
+    plan = kernels._plans.get(mask, n, cache.get_seq_length(idx) + n, True)
+    if plan is None:
+        return None
+    x = hidden[0].contiguous()  # [n, E]
+    q, k, v = native.front(x, cos[0].contiguous(), sin[0].contiguous())
+    keys, values = cache.update(k, v, idx)  # [1, KV, S, d]
+    keys, values = kernels._head_rows(keys[0], values[0])
+    return native.back(x, q, keys, values, *plan).unsqueeze(0)
 
 
 def _base_forward(

@@ -948,6 +948,163 @@ torch::Tensor mm_i8(std::string kind, torch::Tensor x, torch::Tensor qp, torch::
   return mm_i8_parts(kind, x, {qp}, {sc}, {dd}, {offsets}, {bias}, out_f32);
 }
 
+// ----------------------------------------------------------------------- a decoder layer
+// A Llama-family decoder layer on int8-input weights for decoding passes, in two calls around
+// the cache write (the caller's): front = RMSNorm, the q/k/v products, RoPE; back = attention,
+// o_proj, residual, RMSNorm, gate/up, SiLU, down, residual. Every value is the one
+// transformers' layer computes with these kernels: the reductions (RMSNorm's mean) and SiLU
+// are aten's own ops, and every other step is one IEEE float operation on the same operands
+// rounded to bfloat16 (round to nearest even, as aten) where transformers rounds: the
+// products of bfloat16 tensors, RoPE's two products and sum, the residual adds, the norms'
+// weight, 1 / sqrt of the variance. tests/test_lean.py compares both forwards bit for bit.
+
+namespace {
+
+using bf16 = at::BFloat16;
+
+struct Linear {  // one mm_i8_parts call
+  std::string kind;
+  std::vector<torch::Tensor> qp, sc, dd, off, bias;
+};
+
+std::vector<Linear> linears(py::list calls);
+
+Linear linear(py::dict d) {
+  return {d["kind"].cast<std::string>(), d["qp"].cast<std::vector<torch::Tensor>>(),
+          d["sc"].cast<std::vector<torch::Tensor>>(), d["dd"].cast<std::vector<torch::Tensor>>(),
+          d["offsets"].cast<std::vector<torch::Tensor>>(),
+          d["bias"].cast<std::vector<torch::Tensor>>()};
+}
+
+std::vector<Linear> linears(py::list calls) {
+  std::vector<Linear> out;
+  for (auto c : calls) out.push_back(linear(c.cast<py::dict>()));
+  return out;
+}
+
+}  // namespace
+
+torch::Tensor mm_i8_parts(std::string kind, torch::Tensor x, std::vector<torch::Tensor> qps,
+                          std::vector<torch::Tensor> scs, std::vector<torch::Tensor> dds,
+                          std::vector<torch::Tensor> offsets, std::vector<torch::Tensor> biases,
+                          bool out_f32);
+
+class DecodeLayer {
+ public:
+  // qkv, gate_up: the mm_i8_parts calls whose outputs side by side are q | k | v, gate | up
+  DecodeLayer(torch::Tensor ln1, double eps1, torch::Tensor ln2, double eps2, py::list qkv,
+              py::dict o, py::list gate_up, py::dict down, int64_t heads, int64_t kv_heads,
+              int64_t head_dim, double scale)
+      : ln1_(ln1.contiguous()), ln2_(ln2.contiguous()), eps1_((float)eps1), eps2_((float)eps2),
+        qkv_(linears(qkv)), o_(linear(o)), gate_up_(linears(gate_up)), down_(linear(down)),
+        H_(heads), KV_(kv_heads), d_(head_dim), scale_((float)scale) {
+    TORCH_CHECK(ln1_.scalar_type() == torch::kBFloat16 && ln2_.scalar_type() == torch::kBFloat16);
+    TORCH_CHECK(d_ % 2 == 0);
+  }
+
+  // x [n, E] bf16 (the residual stream), cos / sin [n, d] bf16 -> (q float [n, H, d] scaled,
+  // k [1, KV, n, d], v [1, KV, n, d] bf16: the rows for the cache)
+  std::vector<torch::Tensor> front(torch::Tensor x, torch::Tensor cos, torch::Tensor sin) const {
+    TORCH_CHECK(x.scalar_type() == torch::kBFloat16 && x.dim() == 2 && x.is_contiguous());
+    TORCH_CHECK(cos.is_contiguous() && sin.is_contiguous() && cos.scalar_type() == torch::kBFloat16);
+    const int64_t n = x.size(0), d = d_, half = d / 2, W = (H_ + 2 * KV_) * d;
+    const torch::Tensor h = norm(x, ln1_, eps1_);
+    const torch::Tensor y = mm(qkv_, h);  // [n, (H + 2 KV) d]
+    TORCH_CHECK(y.size(1) == W);
+    auto q = torch::empty({n, H_, d}, x.options().dtype(torch::kFloat));
+    auto k = torch::empty({1, KV_, n, d}, x.options());
+    auto v = torch::empty({1, KV_, n, d}, x.options());
+    const bf16 *Y = y.data_ptr<bf16>(), *C = cos.data_ptr<bf16>(), *S = sin.data_ptr<bf16>();
+    float* Q = q.data_ptr<float>();
+    bf16 *K = k.data_ptr<bf16>(), *V = v.data_ptr<bf16>();
+    for (int64_t i = 0; i < n; ++i) {
+      const bf16 *row = Y + i * W, *c = C + i * d, *s = S + i * d;
+      for (int64_t h = 0; h < H_ + KV_; ++h) {  // q heads, then k heads: RoPE
+        const bf16* src = row + h * d;
+        for (int64_t j = 0; j < d; ++j) {
+          const bf16 rot = j < half ? bf16(-(float)src[j + half]) : src[j - half];
+          const bf16 a = bf16((float)src[j] * (float)c[j]), b = bf16((float)rot * (float)s[j]);
+          const bf16 e = bf16((float)a + (float)b);
+          if (h < H_) Q[(i * H_ + h) * d + j] = (float)e * scale_;
+          else K[((h - H_) * n + i) * d + j] = e;
+        }
+      }
+      for (int64_t h = 0; h < KV_; ++h)
+        std::memcpy(V + (h * n + i) * d, row + (H_ + KV_ + h) * d, d * sizeof(bf16));
+    }
+    return {q, k, v};
+  }
+
+  // the rest of the layer: x [n, E] the residual stream, q from front, keys / values
+  // [KV, S, d] (the cache, this pass's rows included), the attention plan -> [n, E]
+  torch::Tensor back(torch::Tensor x, torch::Tensor q, torch::Tensor keys, torch::Tensor values,
+                     torch::Tensor prefix, torch::Tensor ptr, torch::Tensor extra) const {
+    const int64_t n = x.size(0), E = x.size(1);
+    const torch::Tensor att = attention(q, keys, values, prefix, ptr, extra, false);  // float
+    const torch::Tensor a = att.to(torch::kBFloat16).reshape({n, H_ * d_});
+    const torch::Tensor x1 = add(x, mm(o_, a));
+    const torch::Tensor h = norm(x1, ln2_, eps2_);
+    const torch::Tensor gu = mm(gate_up_, h);  // [n, 2 I]
+    const int64_t I = gu.size(1) / 2;
+    const torch::Tensor act = at::silu(gu.narrow(1, 0, I).contiguous());
+    auto m = torch::empty({n, I}, x.options());
+    const bf16 *A = act.data_ptr<bf16>(), *U = gu.data_ptr<bf16>();
+    bf16* Mo = m.data_ptr<bf16>();
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t j = 0; j < I; ++j)
+        Mo[i * I + j] = bf16((float)A[i * I + j] * (float)U[i * 2 * I + I + j]);
+    TORCH_CHECK(E == x1.size(1));
+    return add(x1, mm(down_, m));
+  }
+
+ private:
+  static torch::Tensor mm(const Linear& l, const torch::Tensor& x) {
+    return mm_i8_parts(l.kind, x, l.qp, l.sc, l.dd, l.off, l.bias, false);
+  }
+
+  static torch::Tensor mm(const std::vector<Linear>& calls, const torch::Tensor& x) {
+    if (calls.size() == 1) return mm(calls[0], x);
+    std::vector<torch::Tensor> ys;
+    for (const auto& l : calls) ys.push_back(mm(l, x));
+    return at::cat(ys, 1);
+  }
+
+  // RMSNorm as transformers: float32, variance = mean(x^2) (aten's mean), x * rsqrt(var +
+  // eps) rounded to bf16, times the weight rounded to bf16
+  static torch::Tensor norm(const torch::Tensor& x, const torch::Tensor& w, float eps) {
+    const int64_t n = x.size(0), E = x.size(1);
+    const torch::Tensor f = x.to(torch::kFloat);
+    const torch::Tensor var = f.pow(2).mean(-1, true);  // [n, 1]
+    auto out = torch::empty_like(x);
+    const float *F = f.data_ptr<float>(), *Vr = var.data_ptr<float>();
+    const bf16* Wt = w.data_ptr<bf16>();
+    bf16* O = out.data_ptr<bf16>();
+    for (int64_t i = 0; i < n; ++i) {
+      const float r = 1.f / std::sqrt(Vr[i] + eps);
+      for (int64_t j = 0; j < E; ++j)
+        O[i * E + j] = bf16((float)Wt[j] * (float)bf16(F[i * E + j] * r));
+    }
+    return out;
+  }
+
+  static torch::Tensor add(const torch::Tensor& a, const torch::Tensor& b) {  // bf16 a + b
+    auto out = torch::empty_like(a);
+    const bf16 *A = a.data_ptr<bf16>(), *B = b.data_ptr<bf16>();
+    bf16* O = out.data_ptr<bf16>();
+    for (int64_t i = 0, N = a.numel(); i < N; ++i) O[i] = bf16((float)A[i] + (float)B[i]);
+    return out;
+  }
+
+  torch::Tensor ln1_, ln2_;
+  float eps1_, eps2_;
+  std::vector<Linear> qkv_;
+  Linear o_;
+  std::vector<Linear> gate_up_;
+  Linear down_;
+  int64_t H_, KV_, d_;
+  float scale_;
+};
+
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("mm_q4", &mm_q4, "bf16 x [M, K] @ Q4_K-style weights -> [M, N]");
   m.def("mm_q6", &mm_q6, "bf16 x [M, K] @ Q6_K-style weights -> [M, N]");
@@ -957,4 +1114,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("attention", &attention, "exact per-query attention over prefix + extra keys",
         py::arg("q"), py::arg("k"), py::arg("v"), py::arg("prefix"), py::arg("ptr"),
         py::arg("extra"), py::arg("generic") = false);
+  py::class_<DecodeLayer>(m, "DecodeLayer")
+      .def(py::init<torch::Tensor, double, torch::Tensor, double, py::list, py::dict, py::list,
+                    py::dict, int64_t, int64_t, int64_t, double>())
+      .def("front", &DecodeLayer::front)
+      .def("back", &DecodeLayer::back);
 }

@@ -36,6 +36,7 @@ LINES = {
     "new1": "def bar(a, b):\n",
     "new4": "    print(bar(1, 2))\n",
     "bad1": "def bar(a, b)\n",
+    "und4": "    print(baz(1, 2))\n",
 }
 FENCE_OPEN = ("```python\n", "```\n")
 FENCE_CLOSE = "```"
@@ -50,6 +51,7 @@ SCRIPTS = {
     "rename": ["new1", "body", "main", "new4", "CLOSE", "EOS"],
     "broken": ["bad1", "body", "main", "new4", "CLOSE", "EOS"],
     "same": ["src1", "body", "main", "src4", "CLOSE", "EOS"],
+    "undefined": ["new1", "body", "main", "und4", "CLOSE", "EOS"],  # calls a baz never defined
     "loop": ["new1", "body", "new1"],  # a cycle: never closes the fence
 }
 
@@ -126,7 +128,7 @@ def tiny_tokenizer():
 
 @pytest.fixture(scope="session")
 def tiny_models(tmp_path_factory, tiny_tokenizer) -> dict[str, Path]:
-    """Model folders by script name: rename, broken, same, loop (see SCRIPTS)."""
+    """Model folders by script name: rename, broken, same, undefined, loop (see SCRIPTS)."""
     root = tmp_path_factory.mktemp("tiny-models")
     out: dict[str, Path] = {}
     for name, script in SCRIPTS.items():

@@ -63,9 +63,10 @@ KNOWN_FAILURES = {
         at='assert naturalsize(1536, precision=2) == "1.54 kB"',
     ),
     "6_print_to_logging_prune": Known(
-        "coder-1.5b uses `logger` without defining it",
+        "coder-1.5b uses `logger` without defining it, also when asked again; written, warned",
         exit_code=0,
-        stderr="edited — changed scan, prune",
+        stderr="edited after 2 attempts — changed scan, prune; warning: uses names it never "
+        "defines or imports: logger (line",
         error="NameError: name 'logger' is not defined",
     ),
 }

@@ -105,3 +105,66 @@ def test_cli_reports_attempts(tiny_models, source_file, tmp_path, texts):
     assert r.exit_code == 1 and "calc.py: refused — the edited" in r.stderr
     r = cli(source_file, "-i", "rename", "--attempts", "0")
     assert r.exit_code == 2
+
+
+def test_undefined_names_are_asked_again_and_written_with_a_warning(loaded, src):
+    session = EditSession(loaded("undefined"), EditOptions(attempts=2))
+    first = session.prepare(src, "rename foo to bar")
+    result = session.run(first)
+    assert result.status == "changed" and result.undefined == "baz (line 6)"
+    assert "never defines or imports: baz (line 6)" in result.feedback
+    retry = session.repair(first, result)
+    assert result.feedback in retry.conversation.messages[-1]["content"]
+    final = session.edit(src, "rename foo to bar")  # the scripted model repeats itself
+    assert final.status == "changed" and final.attempts == 2 and final.undefined
+
+
+def test_cli_writes_a_result_with_undefined_names_and_warns(tiny_models, source_file):
+    from typer.testing import CliRunner
+
+    from adapld_cli.cli.app import app
+
+    argv = ["edit", str(source_file), "-i", "rename foo to bar", "--no-live", "-v"]
+    argv += ["--model", str(tiny_models["undefined"])]
+    r = CliRunner().invoke(app, argv, catch_exceptions=False)
+    assert r.exit_code == 0 and "baz(1, 2)" in source_file.read_text()
+    assert "attempt 1 changed: The file you returned uses names" in r.stderr
+    assert "warning: uses names it never defines or imports: baz (line 6)" in r.stderr
+
+
+def test_a_changed_result_is_kept_over_a_worse_retry(src):
+    """with_repairs never trades a changed result (asked again for its undefined names) for
+    a retry that is refused or unchanged: the changed one is returned, both attempts counted."""
+    from types import SimpleNamespace
+
+    from adapld_cli.edit.session import EditResult, with_repairs
+    from adapld_cli.engine.types import Stats
+
+    def made(status, feedback=None):
+        return EditResult(
+            source=src, lang="python", status=status, new_text="x\n", stats=Stats(method="ar"),
+            stop_reason="eos", feedback=feedback,
+        )  # fmt: skip
+
+    session = SimpleNamespace(options=EditOptions(attempts=3), repair=lambda p, r: p)
+    answers = iter([made("changed", "undefined names"), made("refused", "lost foo")])
+    result = with_repairs(session, "prepared", lambda p, n: next(answers))
+    assert result.status == "changed" and result.feedback == "undefined names"
+    assert result.attempts == 2
+
+
+def test_undefined_names_only_count_when_the_edit_adds_them():
+    from adapld_cli.edit.lint import describe, new_undefined_names
+
+    before = "import os\n\ndef f():\n    return os.sep + missing\n"
+    same = before.replace("f()", "g()")
+    assert new_undefined_names(before, same, "python") == []  # missing was undefined before
+    added = before + "\ndef h():\n    logger.info(len(x))\n    return y\n"
+    assert new_undefined_names(before, added, "python") == [(7, "logger"), (7, "x"), (8, "y")]
+    assert new_undefined_names(before, added, "javascript") == []
+    assert new_undefined_names(before, "def broken(:\n", "python") == []
+    names = [(i, f"n{i}") for i in range(7)]
+    assert (
+        describe(names)
+        == "n0 (line 0), n1 (line 1), n2 (line 2), n3 (line 3), n4 (line 4) and 2 more"
+    )

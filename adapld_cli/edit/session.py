@@ -110,6 +110,7 @@ class EditResult:
     tokens: list[int] = field(default_factory=list)
     feedback: str | None = None  # what to tell the model when asking again (None: do not)
     attempts: int = 1  # generations this result took (the first + repairs)
+    undefined: str | None = None  # names it uses and never defines (edit.lint), if any
 
     @property
     def exit_code(self) -> int:
@@ -369,7 +370,23 @@ def judge_text(
     _check_parse(result, force)
     if result.status != "refused":
         _check_scope(result, prepared.instruction, force)
+    if result.status == "changed":
+        _check_names(result)
     return result
+
+
+def _check_names(result: EditResult) -> None:
+    """Note (never refuse) a result that uses names it never defines or imports: the
+    feedback for another attempt, a warning if it is the one written (:mod:`.lint`)."""
+    from adapld_cli.edit.lint import describe, new_undefined_names
+
+    names = new_undefined_names(result.source.text, result.new_text, result.lang)
+    if names:
+        result.undefined = describe(names)
+        result.feedback = (
+            f"The file you returned uses names it never defines or imports: {result.undefined}. "
+            "Define or import each one, or use the names the file already has."
+        )
 
 
 def _check_parse(result: EditResult, force: bool) -> None:
@@ -437,10 +454,12 @@ def with_repairs(
     on_retry: Callable[[EditResult], None] | None = None,
 ) -> EditResult:
     """Generate (``generate(prepared, attempt_number)``) and judge; while the result has
-    feedback for the model (refused by a check, or unchanged) and fewer than
-    ``session.options.attempts`` generations ran, ask again with :meth:`Repairable.repair`
-    (``on_retry`` sees each rejected result first). Returns the last result, counting every
-    attempt (:func:`after_attempts`); only it may be written."""
+    feedback for the model (refused by a check, unchanged, or changed but using undefined
+    names) and fewer than ``session.options.attempts`` generations ran, ask again with
+    :meth:`Repairable.repair` (``on_retry`` sees each result asked again first). Returns the
+    last result, counting every attempt (:func:`after_attempts`); only it may be written. A
+    changed result is never traded for a retry that is refused or unchanged: then the changed
+    one is returned (with every attempt counted)."""
     result = generate(prepared, 1)
     while result.attempts < session.options.attempts:
         retry = session.repair(prepared, result)
@@ -449,7 +468,11 @@ def with_repairs(
         if on_retry is not None:
             on_retry(result)
         prepared = retry
-        result = after_attempts(result, generate(prepared, result.attempts + 1))
+        latest = after_attempts(result, generate(prepared, result.attempts + 1))
+        if result.status == "changed" and latest.status != "changed":
+            result.attempts, result.stats = latest.attempts, latest.stats
+            break
+        result = latest
     return result
 
 

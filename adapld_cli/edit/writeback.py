@@ -165,6 +165,8 @@ def _detail(result: EditResult, writeback: WriteBack, changed: bool) -> str:
         parts.append(f"--force: kept despite a syntax error ({result.syntax_error})")
     if result.lost:
         parts.append(f"--force: kept although it {result.lost}")
+    if changed and result.undefined:
+        parts.append(f"warning: uses names it never defines or imports: {result.undefined}")
     return "; ".join(p for p in parts if p)
 
 

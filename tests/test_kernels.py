@@ -14,7 +14,7 @@ import torch
 from adapld_cli.engine import AdaPLDSettings, GenerationConfig, generate
 from adapld_cli.engine.adapter import ModelRunner
 from adapld_cli.engine.tree import tree_mask
-from adapld_cli.model import kernels
+from adapld_cli.model import kernels, lean
 from tests.tiny_models import one_thread, random_prompt, tiny_model
 
 DTYPES = [torch.float32, torch.bfloat16]
@@ -92,6 +92,7 @@ def _packed(arch: str, dtype: torch.dtype, mode: str = "exact", quantized=None, 
         linears = 9 if arch == "gpt2" else 22
         assert quant.quantize_model(model, quantized) == linears  # every linear, LM head too
     assert kernels.apply(model, mode) == mode
+    lean.install(model)  # as the loader does: the exactness tests run the forward users get
     return model
 
 

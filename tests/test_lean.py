@@ -63,7 +63,7 @@ def _model(arch, dtype, kind, activations, monkeypatch, on: bool):
         else:
             assert quant.quantize_model(model, kind) == 22
     assert kernels.apply(model, "exact") == "exact"
-    assert model.adapld_lean is on
+    assert lean.install(model) is on and model.adapld_lean is on
     return model
 
 
@@ -153,14 +153,17 @@ def test_mixed_kinds_are_one_call_per_kind(monkeypatch):
 def test_left_alone_where_it_does_not_apply(monkeypatch):
     gpt2 = tiny_model("gpt2", dtype="float32")
     kernels.apply(gpt2, "exact")
+    lean.install(gpt2)
     assert gpt2.adapld_lean is False and "not a qwen2 or llama" in lean.reason(gpt2)
     packed = tiny_model("qwen2", dtype="float32")
     kernels.apply(packed, "packed")
-    assert getattr(packed, "adapld_lean", False) is False
+    lean.install(packed)
+    assert packed.adapld_lean is False
     assert lean.reason(packed) == "the exact kernels are not in use"
     monkeypatch.setenv(lean.ENV_LEAN, "off")
     off = tiny_model("qwen2", dtype="float32")
     kernels.apply(off, "exact")
+    lean.install(off)
     assert off.adapld_lean is False and lean.reason(off) is None
 
 

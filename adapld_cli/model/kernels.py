@@ -19,11 +19,11 @@ that on a CPU (float32, or bfloat16 where oneDNN supports it):
   speculative decoding is then exactly plain greedy decoding, with no near-tie flips.
 
 Modes (``$ADAPLD_KERNELS``, or the ``mode`` argument): ``exact`` (default: prepacked linears
-+ batch-invariant attention + :mod:`adapld_cli.model.lean`'s forward, bit for bit the stock
-one's with fused projections and less host work; ``$ADAPLD_LEAN=0`` keeps transformers'),
-``packed`` (prepacked linears, stock attention), ``stock`` (leave the model alone, for
-comparisons). Anything other than a CPU model in float32 or bfloat16 (float64 test models,
-float16, CUDA, MPS, a torch without oneDNN) is left alone.
++ batch-invariant attention; the loader then installs :mod:`adapld_cli.model.lean`'s
+forward on top, bit for bit the same values with less host work), ``packed`` (prepacked
+linears, stock attention), ``stock`` (leave the model alone, for comparisons). Anything
+other than a CPU model in float32 or bfloat16 (float64 test models, float16, CUDA, MPS, a
+torch without oneDNN) is left alone.
 Tied embeddings keep working: the embedding keeps its weight, the LM head gets a packed copy.
 Linears already on the quantized kernels (:mod:`adapld_cli.model.quant`, batch-invariant
 too) are left as they are.
@@ -90,10 +90,6 @@ def apply(model: Any, mode: str | None = None) -> str:
     else:
         name = "stock"
     model.adapld_kernels = name
-    if name == "exact":
-        from adapld_cli.model import lean
-
-        lean.install(model)  # the same numbers with less host work (where it applies)
     return name
 
 

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from adapld_cli.model import kernels
+from adapld_cli.model import kernels, lean
 from adapld_cli.model.assemble import (
     assemble,
     find_embedded_part,
@@ -503,6 +503,7 @@ def load(
     if kernels.supported(model) is None and kernels.resolve_mode() == "exact":
         _build_kernels("auto", show)  # the native attention (shown on a first build)
     kernels.apply(model)  # prepacked, batch-invariant CPU kernels ($ADAPLD_KERNELS=stock: off)
+    lean.install(model)  # on them, the same values with less host work ($ADAPLD_LEAN=0: off)
     path = ref if folder is not None else str(getattr(model, "name_or_path", ref))
     if hub:
         path = str(_hub_cached(target.spec) or path)

@@ -9,15 +9,18 @@ mask helpers, three projections where one would do, each quantizing the same inp
 - **Fused projections.** A layer's ``q``/``k``/``v`` projections (and ``gate``/``up``) that are
   :class:`~adapld_cli.model.quant.QuantLinear` layers with int8 inputs become one kernel call
   per run of one kind over all their weights, read where they are (no copy): the input is
-  quantized once per call and one parallel region runs instead of three. ``qmm.cpp`` computes each
-  16-column tile on its own from the same quantized input rows, so every output value is bit
-  for bit the separate call's.
+  quantized once per call and one parallel region runs instead of three. ``qmm.cpp``
+  computes each 16-column tile on its own from the same quantized input rows, so every
+  output value is bit for bit the separate call's.
 - **A lean layer forward** (passes of at most :data:`~adapld_cli.model.kernels.EXACT_MAX_QUERIES`
-  tokens, the decoding passes): the very tensor ops of transformers' decoder layer (RMSNorm
-  in float32, RoPE, SiLU, residual adds, each in the same dtype and order), the cache written
-  in place and the native exact attention called directly. Longer passes (prefill chunks)
-  run the stock layer. Hence the outputs, and every figure measured before, are unchanged
-  bit for bit; tests compare the two forwards on tiny models of both families.
+  tokens, the decoding passes): transformers' own pieces called directly (the RMSNorm
+  modules' forward, the family's ``apply_rotary_pos_emb``, the MLP's activation), the
+  residual adds as the layer writes them, the cache written in place and the native exact
+  attention called directly. Where every linear of a layer takes int8 inputs, ``qmm.cpp``'s
+  ``DecodeLayer`` runs the whole layer in two native calls instead (:func:`native_layer`).
+  Longer passes (prefill chunks) run the stock layer. Hence the outputs, and every figure
+  measured before, are unchanged bit for bit; tests compare the two forwards on tiny models
+  of both families.
 - **A lean base forward** for those passes: embeddings, rotary tables, the layers (module
   calls, so forward hooks fire), the final norm; the 4D mask is passed through as
   transformers would (it returns a prepared 4D mask as it is).
@@ -63,7 +66,18 @@ def reason(model: Any) -> str | None:
         return "no decoder layers or rotary embedding where expected"
     if getattr(config, "pretraining_tp", 1) != 1:
         return "tensor-parallel pretraining slices"
+    if any(_rope_of(layer.self_attn) is None for layer in base.layers):
+        return "no apply_rotary_pos_emb beside the attention class"
     return None
+
+
+def _rope_of(attn: Any) -> Any:
+    """The ``apply_rotary_pos_emb`` of the module defining ``attn``'s class: the very function
+    transformers' attention calls."""
+    import sys
+
+    module = sys.modules.get(type(attn).__module__)
+    return getattr(module, "apply_rotary_pos_emb", None)
 
 
 def install(model: Any) -> bool:
@@ -77,6 +91,7 @@ def install(model: Any) -> bool:
     base = model.model
     for layer in base.layers:
         attn, mlp = layer.self_attn, layer.mlp
+        attn.adapld_rope = _rope_of(attn)
         attn.adapld_qkv = fuse([attn.q_proj, attn.k_proj, attn.v_proj])
         mlp.adapld_gate_up = fuse([mlp.gate_proj, mlp.up_proj])
         layer.adapld_native = native_layer(layer, model.config)
@@ -99,8 +114,16 @@ class Fused:
     def __init__(self, parts: list[Any], groups: list[list[Any]] | None) -> None:
         self.parts, self.groups = parts, groups
         self.sizes = [p.out_features for p in parts]
-        self.fused = groups is not None
         self.calls = [weight_set(g) for g in groups or []]
+        # per group: the kernel, its arguments after the input, its parts' output sizes
+        self._runs = [
+            (g[0].ext.mm_i8_parts, (c["kind"], *_args(c)), [p.out_features for p in g])
+            for g, c in zip(groups or [], self.calls, strict=True)
+        ]
+
+    @property
+    def fused(self) -> bool:
+        return self.groups is not None
 
     def __call__(self, x: Any) -> list[Any]:
         if self.groups is None:
@@ -110,11 +133,9 @@ class Fused:
         shape = x.shape
         x2 = x.reshape(-1, shape[-1]).to(torch.bfloat16).contiguous()  # [M, in]
         outs: list[Any] = []
-        for group, call in zip(self.groups, self.calls, strict=True):
-            y = group[0].ext.mm_i8_parts(call["kind"], x2, *_args(call), False)
-            y = y.reshape(*shape[:-1], y.shape[-1])
+        for run, (kind, *args), sizes in self._runs:
+            y = run(kind, x2, *args, False).reshape(*shape[:-1], -1)
             # contiguous: the parts' outputs as the separate layers return them
-            sizes = [p.out_features for p in group]
             outs += [part.contiguous() for part in y.split(sizes, dim=-1)]
         return outs
 
@@ -197,31 +218,22 @@ def native_layer(layer: Any, config: Any) -> Any | None:
 
 
 def _rms_norm(norm: Any, x: Any) -> Any:
-    """``Qwen2RMSNorm`` / ``LlamaRMSNorm``'s forward, op for op."""
+    """``Qwen2RMSNorm`` / ``LlamaRMSNorm``'s own forward, without the module call."""
+    return type(norm).forward(norm, x)
+
+
+def _lean_ok(batch: int, n: int, mask: Any, cache: Any) -> bool:
+    """Whether a pass of ``n`` tokens (batch ``batch``) takes the lean forward: one sequence,
+    a decoding-sized pass, a cache, and no mask or a prepared 4D one."""
     import torch
 
-    dtype = x.dtype
-    h = x.to(torch.float32)
-    variance = h.pow(2).mean(-1, keepdim=True)
-    h = h * torch.rsqrt(variance + norm.variance_epsilon)
-    return norm.weight * h.to(dtype)
-
-
-def _rotate_half(x: Any) -> Any:
-    import torch
-
-    half = x.shape[-1] // 2
-    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
-
-
-def _lean_ok(hidden: Any, mask: Any, cache: Any) -> bool:
     from adapld_cli.model.kernels import EXACT_MAX_QUERIES
 
     return (
-        hidden.shape[0] == 1
-        and hidden.shape[1] <= EXACT_MAX_QUERIES
+        batch == 1
+        and n <= EXACT_MAX_QUERIES
         and cache is not None
-        and (mask is None or getattr(mask, "dim", lambda: 0)() == 4)
+        and (mask is None or (isinstance(mask, torch.Tensor) and mask.dim() == 4))
     )
 
 
@@ -235,9 +247,7 @@ def _attention(layer: Any, x: Any, cos: Any, sin: Any, mask: Any, cache: Any) ->
     q = q.view(1, n, -1, d).transpose(1, 2)  # [1, H, n, d]
     k = k.view(1, n, -1, d).transpose(1, 2)  # [1, KV, n, d]
     v = v.view(1, n, -1, d).transpose(1, 2)
-    c, s = cos.unsqueeze(1), sin.unsqueeze(1)  # [1, 1, n, d]
-    q = (q * c) + (_rotate_half(q) * s)
-    k = (k * c) + (_rotate_half(k) * s)
+    q, k = attn.adapld_rope(q, k, cos, sin)
     keys, values = cache.update(k, v, attn.layer_idx)  # [1, KV, S, d] views
     out, _ = kernels.exact_attention(attn, q, keys, values, mask, scaling=attn.scaling)
     return attn.o_proj(out.reshape(1, n, -1))  # out [1, n, H, d]
@@ -256,7 +266,8 @@ def _layer_forward(
     """A decoder layer's forward: the lean ops for decoding passes, the stock layer else."""
     if kwargs.get("past_key_values") is not None and cache is None:
         cache = kwargs.pop("past_key_values")
-    if not _lean_ok(hidden_states, attention_mask, cache) or position_embeddings is None:
+    batch, n = hidden_states.shape[:2]
+    if not _lean_ok(batch, n, attention_mask, cache) or position_embeddings is None:
         return type(self).forward(
             self,
             hidden_states,
@@ -267,8 +278,6 @@ def _layer_forward(
             position_embeddings=position_embeddings,
             **kwargs,
         )
-    import torch.nn.functional as F
-
     cos, sin = position_embeddings
     native = self.adapld_native
     if native is not None and hidden_states.dtype == cos.dtype:
@@ -281,7 +290,7 @@ def _layer_forward(
     residual = h
     h = _rms_norm(self.post_attention_layernorm, h)
     gate, up = self.mlp.adapld_gate_up(h)
-    return residual + self.mlp.down_proj(F.silu(gate) * up)
+    return residual + self.mlp.down_proj(self.mlp.act_fn(gate) * up)
 
 
 def _native_forward(
@@ -323,7 +332,7 @@ def _base_forward(
         and use_cache
         and not kwargs
         and input_ids.dim() == 2
-        and _lean_ok(input_ids[..., None], attention_mask, cache)
+        and _lean_ok(*input_ids.shape, attention_mask, cache)
     )
     if not lean:
         return self.adapld_stock_forward(

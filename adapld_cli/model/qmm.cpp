@@ -967,8 +967,6 @@ struct Linear {  // one mm_i8_parts call
   std::vector<torch::Tensor> qp, sc, dd, off, bias;
 };
 
-std::vector<Linear> linears(py::list calls);
-
 Linear linear(py::dict d) {
   return {d["kind"].cast<std::string>(), d["qp"].cast<std::vector<torch::Tensor>>(),
           d["sc"].cast<std::vector<torch::Tensor>>(), d["dd"].cast<std::vector<torch::Tensor>>(),
@@ -983,11 +981,6 @@ std::vector<Linear> linears(py::list calls) {
 }
 
 }  // namespace
-
-torch::Tensor mm_i8_parts(std::string kind, torch::Tensor x, std::vector<torch::Tensor> qps,
-                          std::vector<torch::Tensor> scs, std::vector<torch::Tensor> dds,
-                          std::vector<torch::Tensor> offsets, std::vector<torch::Tensor> biases,
-                          bool out_f32);
 
 class DecodeLayer {
  public:
@@ -1039,7 +1032,7 @@ class DecodeLayer {
   // [KV, S, d] (the cache, this pass's rows included), the attention plan -> [n, E]
   torch::Tensor back(torch::Tensor x, torch::Tensor q, torch::Tensor keys, torch::Tensor values,
                      torch::Tensor prefix, torch::Tensor ptr, torch::Tensor extra) const {
-    const int64_t n = x.size(0), E = x.size(1);
+    const int64_t n = x.size(0);
     const torch::Tensor att = attention(q, keys, values, prefix, ptr, extra, false);  // float
     const torch::Tensor a = att.to(torch::kBFloat16).reshape({n, H_ * d_});
     const torch::Tensor x1 = add(x, mm(o_, a));
@@ -1053,7 +1046,6 @@ class DecodeLayer {
     for (int64_t i = 0; i < n; ++i)
       for (int64_t j = 0; j < I; ++j)
         Mo[i * I + j] = bf16((float)A[i * I + j] * (float)U[i * 2 * I + I + j]);
-    TORCH_CHECK(E == x1.size(1));
     return add(x1, mm(down_, m));
   }
 

@@ -28,10 +28,16 @@ ARCHS = ["llama", "qwen2", "gpt2"]
 SETTINGS = {
     "adaptive": AdaPLDSettings(),
     "full-tree": AdaPLDSettings(
-        adaptive=False, sim_floor=-1.0, node_budget=24, top_k=4, prompt_topk=True, semantic=True
+        adaptive=False,
+        sim_floor=-1.0,
+        node_budget=24,
+        top_k=4,
+        prompt_topk=True,
+        pass_topk=True,
+        semantic=True,
     ),
     "observed-topk": AdaPLDSettings(
-        adaptive=False, sim_floor=-1.0, prompt_topk=False, semantic=True
+        adaptive=False, sim_floor=-1.0, prompt_topk=False, pass_topk=False, semantic=True
     ),
     "no-cursor-no-rerank": AdaPLDSettings(
         cursor=False, rerank=False, adaptive=False, semantic=True

@@ -79,3 +79,73 @@ def test_lookups_make_branches_and_stay_lossless(arch):
         without += plain.stats.branch_steps
     assert branch_steps > without  # prompt copy sources now have alternatives
     assert branch_accepted > 0  # ... and some of them won, identical to plain decoding
+
+
+@pytest.mark.parametrize("vocab", [151_936, 1_000, 128 * 9 + 1, 300])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_topk_ids_are_the_k_largest(vocab, dtype):
+    """The blockwise top-K gives torch's top-K values, largest first, at distinct valid ids:
+    a vocabulary with a tail block, ties (bfloat16 has many), and the largest entries all in
+    one block or at the very end."""
+    from adapld_cli.engine.adapter import topk_ids
+
+    gen = torch.Generator().manual_seed(vocab)
+    x = torch.randn(7, vocab, generator=gen).to(dtype)
+    x[1, 5:9] = 50.0  # four equal maxima in one block
+    x[2, -3:] = torch.tensor([40.0, 41.0, 42.0]).to(dtype)  # in the tail
+    x[3] = 1.0  # all equal
+    x[4, 0] = float("-inf")
+    for k in (1, 3, 4):
+        ids = topk_ids(x, k)
+        assert ids.shape == (7, k) and ids.dtype == torch.long
+        assert int(ids.min()) >= 0 and int(ids.max()) < vocab
+        assert all(len(set(row)) == k for row in ids.tolist())
+        assert torch.equal(x.gather(1, ids), x.topk(k, dim=-1).values)
+    assert topk_ids(x, 3)[2].tolist() == [vocab - 1, vocab - 2, vocab - 3]
+
+
+def test_pass_topk_equals_rows_topk():
+    """``LazyLogits.topk`` (what the loop records for accepted rows) has the values of the
+    node logits' own top-K."""
+    model = tiny_model("qwen2")
+    prompt = random_prompt(3)
+    runner = ModelRunner(model, hidden_layer=None, want_hidden=False)
+    runner.prefill(prompt, 0)
+    out = runner.step([3, 7, 9, 11], None, None)
+    rows = out.logits.rows([0, 2, 3]).float()
+    ids = out.logits.topk([0, 2, 3], 4)
+    assert torch.equal(rows.gather(1, ids), rows.topk(4, dim=-1).values)
+
+
+def test_pass_rows_topk_only_where_asked(monkeypatch):
+    """On a CPU the accepted rows' top-K is not computed by default (the token that followed
+    stands in, real rows come from lookups); ``pass_topk=True`` computes it every pass. The
+    output is plain decoding's either way."""
+    from adapld_cli.engine.adapter import LazyLogits
+
+    calls = []
+    real = LazyLogits.topk
+
+    def counted(self, idx, k):
+        calls.append(k)
+        return real(self, idx, k)
+
+    monkeypatch.setattr(LazyLogits, "topk", counted)
+    model = tiny_model("llama")
+    prompt = random_prompt(4)
+    cfg = GenerationConfig(max_new_tokens=40)
+    ref = generate(model, prompt, cfg, "ar").tokens
+    lazy = generate(model, prompt, cfg, "adapld", settings=AdaPLDSettings(adaptive=False))
+    assert lazy.tokens == ref and lazy.stats.accepted_draft_tokens > 0 and calls == []
+    eager = AdaPLDSettings(adaptive=False, pass_topk=True)
+    out = generate(model, prompt, cfg, "adapld", settings=eager)
+    assert out.tokens == ref and calls and set(calls) == {eager.top_k}
+    assert len(calls) == out.stats.forward_passes
+
+
+def test_observed_rows_of_a_span():
+    ctx = Context([5, 6, 7, 8, 9, 10], 8, 0, 3, "cpu", CostModel("cpu"))
+    ctx.record(0, None, torch.tensor([[1, 2, 3]] * 5))
+    ctx.observed_topk(4, start=2)
+    assert ctx.topk_rows([0, 1, 2, 3, 4]) == [[1, 2, 3], [1, 2, 3], [8], [9], [1, 2, 3]]
+    assert not ctx.can_lookup([0, 1, 4]) and ctx.known[2:4] == bytes(2)

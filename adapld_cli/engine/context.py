@@ -74,14 +74,16 @@ class Context:
     def generated(self) -> list[int]:
         return self.tokens[self.prompt_len :]
 
-    def observed_topk(self, end: int) -> None:
-        """For positions ``< end`` without computed predictions: the token that followed
-        each one stands as its only top-K entry (the others are -1)."""
-        if self.topk is None or end <= 0:
+    def observed_topk(self, end: int, start: int = 0) -> None:
+        """For positions ``start .. end - 1`` without computed predictions: the token that
+        followed each one stands as its only top-K entry (the others are -1)."""
+        if self.topk is None or end <= start:
             return
-        self.topk[:end, 0] = torch.tensor(self.tokens[1 : end + 1], device=self.topk.device)
-        self.topk[:end, 1:] = -1
-        self.known[:end] = bytes(end)
+        self.topk[start:end, 0] = torch.tensor(
+            self.tokens[start + 1 : end + 1], device=self.topk.device
+        )
+        self.topk[start:end, 1:] = -1
+        self.known[start:end] = bytes(end - start)
 
     def record(self, start: int, hidden: torch.Tensor | None, topk: torch.Tensor | None) -> None:
         """Store rows for positions ``start ..`` (``hidden [m, H]``, ``topk [m, K]``)."""

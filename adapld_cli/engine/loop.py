@@ -125,9 +125,9 @@ def _decode(
         CostModel(runner.device.type),
     )
     t0 = time.perf_counter()
-    prompt_topk = drafter.prompt_topk
-    if prompt_topk is None:
-        prompt_topk = runner.device.type == "cuda"
+    cuda = runner.device.type == "cuda"
+    prompt_topk = cuda if drafter.prompt_topk is None else drafter.prompt_topk
+    pass_topk = top_k if (cuda if drafter.pass_topk is None else drafter.pass_topk) else 0
     # the last prompt token is the first step's root
     hidden, topk = runner.prefill(prompt[:-1], top_k if prompt_topk else 0, prefix=prefix)
     stats.cached_tokens = runner.reused
@@ -158,11 +158,13 @@ def _decode(
         ctx.record(
             root_pos,
             None if out.hidden is None else out.hidden.index_select(0, rows),
-            out.logits.rows(path).topk(top_k, dim=-1).indices if top_k else None,
+            out.logits.topk(path, pass_topk) if pass_topk else None,
         )
         new = [tree.tokens[i] for i in path[1:]] + [bonus]
         sources = [tree.sources[i] for i in path[1:]] + [Source.MODEL]
         ctx.tokens.extend(new)
+        if top_k and not pass_topk:  # the tokens that followed stand in (see AdaPLDSettings)
+            ctx.observed_topk(root_pos + len(path), start=root_pos)
         keep, reason = stops.cut(ctx.generated, len(new))
         if keep < len(new):
             del ctx.tokens[len(ctx.tokens) - len(new) + keep :]

@@ -77,6 +77,7 @@ class AdaPLDDrafter:
         self.wants_topk = s.top_k if (s.branches or maybe_semantic) else 0
         self.semantic = bool(s.semantic)
         self.prompt_topk = s.prompt_topk
+        self.pass_topk = s.pass_topk
         self.hidden_layer = s.hidden_layer
         self.index = NgramIndex(s.min_ctxt, s.ctxt)
         self.succ: dict[int, list[int]] = {}  # token -> top-K predicted after its latest occurrence

@@ -11,6 +11,7 @@ class ARDrafter:
     wants_hidden = False
     wants_topk = 0
     prompt_topk = False
+    pass_topk = False
     hidden_layer = None
 
     def start(self, ctx: Context) -> None:

@@ -18,6 +18,7 @@ class Drafter(Protocol):
     wants_hidden: bool  # record the hooked layer's hidden states in the context
     wants_topk: int  # K of the top-K predictions to record (0 = none)
     prompt_topk: bool | None  # also for prompt positions (None: only on CUDA devices)
+    pass_topk: bool | None  # for each pass's accepted positions (None: only on CUDA devices)
     hidden_layer: int | None
 
     def start(self, ctx: Context) -> None:

@@ -18,6 +18,7 @@ class PLDDrafter:
     wants_hidden = False
     wants_topk = 0
     prompt_topk = False
+    pass_topk = False
     hidden_layer = None
 
     def __init__(self, num_tokens: int = 10, max_ngram: int = 3) -> None:

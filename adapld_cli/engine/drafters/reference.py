@@ -32,6 +32,7 @@ class WithReference:
         self.wants_hidden = inner.wants_hidden
         self.wants_topk = inner.wants_topk
         self.prompt_topk = inner.prompt_topk
+        self.pass_topk = inner.pass_topk
         self.hidden_layer = inner.hidden_layer
         self.index = NgramIndex(1, REFERENCE_NGRAM)
         self.index.extend(reference)

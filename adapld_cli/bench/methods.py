@@ -18,6 +18,8 @@ Method names: the engine's (``ar``, ``pld``, ``adapld``) come from
   (:meth:`AdaPLDSettings.without`): semantic, branches, cursor, rerank, adaptive.
 - ``adapld-semantic``: adapld with the semantic fallback forced on (its default is on for
   CUDA only, so on a CPU ``adapld`` already runs without it and this is the comparison).
+- ``adapld-pass-topk``: adapld computing every pass's accepted rows' top-K
+  (``pass_topk=True``; by default on CUDA only, a CPU looks them up on demand).
 
 Engine methods and ablations are lossless by construction: an output that differs from ``ar``
 is a bug. The transformers baselines run other code (and possibly other kernels), so for them
@@ -48,7 +50,10 @@ ABLATIONS = {
     "adapld-no-adaptive": "adaptive",
 }
 # variants switching on a component that is off by default on this device
-VARIANTS: dict[str, dict[str, bool]] = {"adapld-semantic": {"semantic": True}}
+VARIANTS: dict[str, dict[str, bool]] = {
+    "adapld-semantic": {"semantic": True},
+    "adapld-pass-topk": {"pass_topk": True},
+}
 ALL_METHODS = (
     Method.ar.value, *BASELINES, Method.pld.value, Method.adapld.value, *ABLATIONS, *VARIANTS
 )  # fmt: skip

@@ -35,8 +35,8 @@ HELP = (
 )
 EPILOG = (
     f"Methods: {', '.join(m for m in ALL_METHODS if m not in ABLATIONS and m not in VARIANTS)}; "
-    f"ablations {', '.join(ABLATIONS)}; {', '.join(VARIANTS)} (the semantic fallback forced on: "
-    "by default it runs on CUDA only) ('all' = every one).\n\n"
+    f"ablations {', '.join(ABLATIONS)}; variants {', '.join(VARIANTS)} (the semantic fallback, "
+    "or every pass's top-K rows, forced on: by default on CUDA only) ('all' = every one).\n\n"
     "Examples:\n\n"
     "  adapld bench                                   (built-in suite, default methods)\n\n"
     "  adapld bench --tasks canitedit.jsonl --limit 20 --json out.json --plot out.png\n\n"

@@ -40,6 +40,7 @@ class CostModel:
         self._n = [0.0] * BUCKETS  # weighted sums of pass sizes
         self._t = [0.0] * BUCKETS  # ... and of seconds
         self._curve: tuple[list[float], list[float]] | None = None  # (sizes, seconds)
+        self._ratios: dict[int, float] = {}  # n -> ratio(n) until the next observation
 
     def observe(self, n: int, seconds: float) -> None:
         """Record one pass over ``n`` tokens that took ``seconds``."""
@@ -49,6 +50,7 @@ class CostModel:
         self._n[b] = self._n[b] * d + n
         self._t[b] = self._t[b] * d + seconds
         self._curve = None
+        self._ratios.clear()
 
     @staticmethod
     def _interp(x: float, xs: list[float], ys: list[float]) -> float:
@@ -93,8 +95,11 @@ class CostModel:
         return self._curve
 
     def ratio(self, n: int) -> float:
-        """Cost of a pass over ``n`` tokens in units of a single-token pass."""
-        xs, ys = self._get()
-        if not xs:
-            return self._prior(n)
-        return self._interp(n, xs, ys) / self._interp(1, xs, ys)
+        """Cost of a pass over ``n`` tokens in units of a single-token pass (kept until the
+        next :meth:`observe`: the drafter asks for every size up to its budget each step)."""
+        r = self._ratios.get(n)
+        if r is None:
+            xs, ys = self._get()
+            r = self._prior(n) if not xs else self._interp(n, xs, ys) / self._interp(1, xs, ys)
+            self._ratios[n] = r
+        return r

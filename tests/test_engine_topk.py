@@ -102,6 +102,8 @@ def test_topk_ids_are_the_k_largest(vocab, dtype):
         assert all(len(set(row)) == k for row in ids.tolist())
         assert torch.equal(x.gather(1, ids), x.topk(k, dim=-1).values)
     assert topk_ids(x, 3)[2].tolist() == [vocab - 1, vocab - 2, vocab - 3]
+    many = x.repeat(20, 1)  # 140 rows: taken 64 at a time
+    assert torch.equal(many.gather(1, topk_ids(many, 3)), many.topk(3, dim=-1).values)
 
 
 def test_pass_topk_equals_rows_topk():

@@ -44,6 +44,8 @@ def topk_ids(logits: torch.Tensor, k: int) -> torch.Tensor:
     c = TOPK_BLOCK
     if logits.device.type != "cpu" or vocab < c * (k + 1) or n == 0:
         return logits.topk(k, dim=-1).indices
+    if n > 64 and logits.dtype != torch.float32:  # bound the float32 copy (a prefill chunk)
+        return torch.cat([topk_ids(logits[i : i + 64], k) for i in range(0, n, 64)])
     x = logits.float().contiguous()  # no copy when it is float32 already
     full = vocab // c
     body = x.as_strided((n, full, c), (vocab, c, 1))  # [n, blocks, c]

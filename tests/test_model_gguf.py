@@ -149,6 +149,22 @@ def test_gguf_converts_once_and_faithfully(tiny_gguf, tmp_path, monkeypatch):
     text = "def f(x):\n\treturn 'héllo ✓'  \n"
     assert tok.decode(tok.encode(text)) == text
     assert tok.chat_template == TEMPLATE and tok.eos_token == "<|im_end|>"
+    # ... with its added tokens listed in the config (else each load parses tokenizer.json for
+    # them), the same ones as in tokenizer.json, and a tokenizer made from the GGUF itself
+    settings = json.loads((folder / "tokenizer_config.json").read_text())
+    added = json.loads((folder / "tokenizer.json").read_text())["added_tokens"]
+    assert settings["added_tokens_decoder"] == {
+        str(t["id"]): {k: v for k, v in t.items() if k != "id"} for t in added
+    }
+    from transformers import AutoTokenizer
+
+    direct = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+    chat = [{"role": "user", "content": text + "<|im_end|>"}]
+    assert tok.encode(text + "<|im_start|>x") == direct.encode(text + "<|im_start|>x")
+    assert tok.apply_chat_template(chat, tokenize=False) == direct.apply_chat_template(
+        chat, tokenize=False
+    )
+    assert tok.added_tokens_decoder == direct.added_tokens_decoder
     # Second load: from the cache, not converted again.
     stamp = (folder / "model.safetensors").stat().st_mtime_ns
     again = load(str(path), device="cpu")

@@ -1,0 +1,150 @@
+"""Where a decode pass's time goes: ``torch.profiler`` over plain steps and adapld passes of one
+edit task (the GPU issue's item 1; not part of the package). Made for a lent GPU, where time
+is scarce: one call prints everything, and writes it to ``--out`` as well::
+
+    python docs/gpu_profile.py --device cuda --out $OUT [--model M] [--task NAME]
+
+For each method (``ar`` then ``adapld``): the prompt is prefilled and ``--warmup`` steps run
+unprofiled, then the next ``--steps`` (ar) or ``--passes`` (adapld) events are profiled
+(CPU activities, and CUDA ones on a GPU). Printed: the wall time per event, the top entries by
+self device time and by self CPU time, and the host-device synchronisations and copies per
+event (``cudaStreamSynchronize``, ``cudaMemcpyAsync`` ...). A Chrome trace of each goes to
+``--out`` (open in Perfetto). The same script runs on a CPU (``tests/test_docs_scripts.py``
+runs it on a tiny model), so it is ready before a device is lent.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+SYNC_OPS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaMemcpyAsync", "cudaMemcpy")
+
+
+def profile_method(
+    model: Any,
+    prompt: list[int],
+    method: str,
+    events: int,
+    *,
+    warmup: int = 5,
+    tokenizer: Any = None,
+    stop_strings: tuple[str, ...] = (),
+    trace: Path | None = None,
+    rows: int = 25,
+) -> dict[str, Any]:
+    """Profile ``events`` decode events of ``method`` after ``warmup`` unprofiled ones; returns
+    ``{"method", "events", "tokens", "event_ms" (median), "device_table", "cpu_table",
+    "syncs_per_event"}`` (the tables as text)."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    from adapld_cli.engine import GenerationConfig, stream
+
+    cuda = next(model.parameters()).device.type == "cuda"
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    config = GenerationConfig(max_new_tokens=4096, stop_strings=stop_strings)
+    gen = stream(model, prompt, config, method, tokenizer=tokenizer)
+    done = False
+    for _ in range(warmup):
+        if next(gen).finished:
+            done = True
+            break
+    times: list[float] = []
+    tokens = 0
+    with profile(activities=activities) as prof:
+        for _ in range(events if not done else 0):
+            t0 = time.perf_counter()
+            event = next(gen)
+            if cuda:
+                torch.cuda.synchronize()
+            times.append(time.perf_counter() - t0)
+            tokens += len(event.tokens)
+            if event.finished:
+                break
+    gen.close()
+    n = max(len(times), 1)
+    averages = prof.key_averages()
+    syncs = {e.key: e.count / n for e in averages if e.key in SYNC_OPS}
+    device_key = "self_cuda_time_total" if cuda else "self_cpu_time_total"
+    if trace is not None and times:
+        prof.export_chrome_trace(str(trace))
+    return {
+        "method": method,
+        "events": len(times),
+        "tokens": tokens,
+        "event_ms": statistics.median(times) * 1e3 if times else 0.0,
+        "device_table": averages.table(sort_by=device_key, row_limit=rows),
+        "cpu_table": averages.table(sort_by="self_cpu_time_total", row_limit=rows),
+        "syncs_per_event": syncs,
+    }
+
+
+def report(result: dict[str, Any]) -> str:
+    """The printed form of one :func:`profile_method` result."""
+    head = (
+        f"== {result['method']}: {result['events']} events, {result['tokens']} tokens, "
+        f"median {result['event_ms']:.2f} ms an event; host-device syncs and copies per "
+        f"event: {json.dumps(result['syncs_per_event'])}"
+    )
+    return "\n".join(
+        [head, "-- by self device time", result["device_table"], "-- by self CPU time",
+         result["cpu_table"]]
+    )  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", default=None, help="as adapld's --model (default: embedded)")
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--task", default="2_rename_method_sched", help="an edit case's name")
+    parser.add_argument("--steps", type=int, default=50, help="ar steps profiled")
+    parser.add_argument("--passes", type=int, default=20, help="adapld passes profiled")
+    parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--out", type=Path, default=None, help="folder for the report + traces")
+    args = parser.parse_args(argv)
+
+    from adapld_cli.bench.tasks import load_tasks
+    from adapld_cli.edit.prompt import build_prompt, load_template
+    from adapld_cli.model import load
+
+    cases = Path(__file__).resolve().parents[1] / "adapld_cli" / "bench" / "edit_cases.jsonl"
+    task = load_tasks(cases, names=[args.task])[0]
+    loaded = load(args.model, device=args.device)
+    prompt = build_prompt(
+        load_template(None),
+        loaded.tokenizer,
+        code=task.before,
+        instruction=task.instruction,
+        filename=task.filename,
+        lang="python",
+    )
+    if args.out is not None:
+        args.out.mkdir(parents=True, exist_ok=True)
+    texts = []
+    for method, events in (("ar", args.steps), ("adapld", args.passes)):
+        trace = None if args.out is None else args.out / f"trace_{method}.json"
+        result = profile_method(
+            loaded.model,
+            prompt.ids,
+            method,
+            events,
+            warmup=args.warmup,
+            tokenizer=loaded.tokenizer,
+            stop_strings=(prompt.stop_string,),
+            trace=trace,
+        )
+        texts.append(report(result))
+        print(texts[-1], flush=True)
+    if args.out is not None:
+        (args.out / "profile.txt").write_text("\n\n".join(texts) + "\n", encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -7,7 +7,7 @@
 #
 # Installs the wheels, prepares the model, then runs each check under its own timeout, in the
 # order of what a session most needs, with its output teed to $OUT (default /tmp/out):
-#   1. verify-cost.txt  the cost of a pass over n = 1..64 tokens (adapld bench --verify-cost)
+#   1. verify-cost.log  the cost of a pass over n = 1..64 tokens (adapld bench --verify-cost)
 #   2. profile/         torch.profiler over 50 ar steps and 20 adapld passes (docs/gpu_profile.py)
 #   3. cases.json       the six edit cases, ar,hf,hf-pld,adapld: the README's GPU table
 #   4. canitedit.json   ar,adapld on CanItEdit 21-40 (when a task file is given): identity
@@ -42,5 +42,4 @@ if [ -n "$tasks" ]; then
   step canitedit 150 adapld bench "${model[@]}" --tasks "$tasks" --offset 20 --limit 20 \
     --methods ar,adapld --json "$OUT/canitedit.json" --markdown "$OUT/canitedit.md"
 fi
-cp "$OUT/verify-cost.log" "$OUT/verify-cost.txt" 2>/dev/null
 exit 0

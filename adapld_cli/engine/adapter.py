@@ -68,7 +68,6 @@ class LazyLogits:
         self._runner, self._last, self._block = runner, last, block  # last: [n, H]
         self._blocks: dict[int, torch.Tensor] = {}  # block index -> logits [<=block, vocab]
         self._floats: dict[int, torch.Tensor] = {}  # the same in float32 (argmax, top-K)
-        self._topk: dict[tuple[int, int], torch.Tensor] = {}  # (block, k) -> ids [<=block, k]
         self._argmax: dict[int, list[int]] = {}
 
     def __len__(self) -> int:
@@ -107,11 +106,8 @@ class LazyLogits:
         whole blocks in place (a path covers most of its blocks' rows; gathering its rows
         first would copy 0.6 MB a row)."""
         with torch.inference_mode():
-            for b in {i // self._block for i in idx}:
-                if (b, k) not in self._topk:
-                    self._topk[(b, k)] = topk_ids(self._float(b), k)
-            rows = [self._topk[(i // self._block, k)][i % self._block] for i in idx]
-            return torch.stack(rows)
+            ids = {b: topk_ids(self._float(b), k) for b in {i // self._block for i in idx}}
+            return torch.stack([ids[i // self._block][i % self._block] for i in idx])
 
 
 @dataclass

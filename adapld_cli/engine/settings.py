@@ -35,9 +35,9 @@ class AdaPLDSettings:
             Without it a prompt position's only "prediction" is the token that followed it.
             ``None`` = on for CUDA devices only.
         pass_topk: compute the model's top-K at each pass's accepted positions from the
-            logits the acceptance walk computed (~1.7 ms a pass for ~45 rows of a 151,936-entry
-            vocabulary on a CPU, where branches from generated text rarely pay: 4 branch
-            steps, none accepted, in 305 passes over the six edit cases). Without it those
+            logits the acceptance walk computed (on a CPU ~0.7 ms more host work a pass on the
+            six edit cases, where branches from generated text rarely paid: 10 branch steps,
+            1 token accepted, in 305 passes; README, Performance). Without it those
             positions are treated as prompt positions without ``prompt_topk``: the token
             that followed stands in, and ``topk_lookup`` computes the real top-K on demand.
             ``None`` = on for CUDA devices only.

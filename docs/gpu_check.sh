@@ -3,20 +3,27 @@
 # Run from the repository root once the GPU kit's calls have put its wheels and the model's
 # GGUF parts in /tmp/kit:
 #
-#   bash docs/gpu_check.sh [CANITEDIT.jsonl]
+#   bash docs/gpu_check.sh [1|2] [CANITEDIT.jsonl]
 #
-# Installs the wheels, prepares the model, then runs each check under its own timeout, in the
-# order of what a session most needs, with its output teed to $OUT (default /tmp/out):
-#   1. verify-cost.log  the cost of a pass over n = 1..64 tokens (adapld bench --verify-cost)
-#   2. profile/         torch.profiler over 50 ar steps and 20 adapld passes (docs/gpu_profile.py)
-#   3. cases.json       the six edit cases, ar,hf,hf-pld,adapld: the README's GPU table
-#   4. canitedit.json   ar,adapld on CanItEdit 21-40 (when a task file is given): identity
-# About 9 minutes in all on an H200 with coder-1.5b; a step that runs out of time is cut and
-# the next one starts. Every step's exit status is in $OUT/steps.txt.
+# Installs the wheels, prepares the model, then runs each check of the part asked for (each
+# part fits one 10-minute device call) under its own timeout, in the order of what a session
+# most needs, with its output teed to $OUT (default /tmp/out):
+#   part 1 (~8.5 minutes on an H200 with coder-1.5b)
+#   1. verify-cost.log         the cost of a pass over n = 1..64 tokens, eager (--verify-cost)
+#   2. verify-cost-graphs.log  the same through static passes replayed as CUDA graphs
+#   3. graphs.json             the six edit cases, ar,adapld,ar-graphs,adapld-graphs: whether
+#                              graphs are exact (= ar) and what they gain, first task included
+#   4. profile/                torch.profiler over 50 ar steps and 20 adapld passes
+#   part 2 (~7 minutes)
+#   5. cases.json       the six edit cases, ar,hf,hf-pld,adapld: the README's GPU table
+#   6. canitedit.json   ar,adapld on CanItEdit 21-40 (when a task file is given): identity
+# A step that runs out of time is cut and the next one starts. Every step's exit status is in
+# $OUT/steps.txt.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
-tasks=${1:-}
+part=${1:-1}
+tasks=${2:-}
 step() {  # step NAME SECONDS COMMAND...: run it under a timeout, log, record the status
   local name=$1 limit=$2
   shift 2
@@ -34,12 +41,19 @@ python3 -c "import torch, transformers; print(torch.__version__, transformers.__
 cat /tmp/kit/part.* > /tmp/m.gguf
 step prepare 150 adapld model prepare --model /tmp/m.gguf
 model=(--model /tmp/m.gguf --device cuda)
-step verify-cost 60 adapld bench "${model[@]}" --verify-cost
-step profile 120 python3 docs/gpu_profile.py "${model[@]}" --out "$OUT/profile"
-step cases 240 adapld bench "${model[@]}" --tasks adapld_cli/bench/edit_cases.jsonl \
-  --methods ar,hf,hf-pld,adapld --json "$OUT/cases.json" --markdown "$OUT/cases.md"
-if [ -n "$tasks" ]; then
-  step canitedit 150 adapld bench "${model[@]}" --tasks "$tasks" --offset 20 --limit 20 \
-    --methods ar,adapld --json "$OUT/canitedit.json" --markdown "$OUT/canitedit.md"
+cases=(--tasks adapld_cli/bench/edit_cases.jsonl)
+if [ "$part" = 1 ]; then
+  step verify-cost 45 adapld bench "${model[@]}" --verify-cost
+  step verify-cost-graphs 60 adapld bench "${model[@]}" --verify-cost --set graphs=true
+  step graphs 200 adapld bench "${model[@]}" "${cases[@]}" \
+    --methods ar,adapld,ar-graphs,adapld-graphs --json "$OUT/graphs.json" --markdown "$OUT/graphs.md"
+  step profile 100 python3 docs/gpu_profile.py "${model[@]}" --out "$OUT/profile"
+else
+  step cases 240 adapld bench "${model[@]}" "${cases[@]}" \
+    --methods ar,hf,hf-pld,adapld --json "$OUT/cases.json" --markdown "$OUT/cases.md"
+  if [ -n "$tasks" ]; then
+    step canitedit 150 adapld bench "${model[@]}" --tasks "$tasks" --offset 20 --limit 20 \
+      --methods ar,adapld --json "$OUT/canitedit.json" --markdown "$OUT/canitedit.md"
+  fi
 fi
 exit 0

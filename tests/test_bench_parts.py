@@ -123,6 +123,26 @@ def test_verify_cost_curve_shape():
         fitting_context(model, 1000, 2000)
 
 
+def test_verify_cost_curve_through_static_passes():
+    """``graphs=True``: the same passes through the engine's static verify passes (every
+    pass of the padded bucket size, over the same cropped-back cache)."""
+    model = tiny_model("gpt2")
+    passes = []
+
+    def seen(_module, args, kwargs):
+        cache = kwargs.get("cache", kwargs.get("past_key_values"))
+        ids = kwargs.get("input_ids", args[0] if args else None)
+        passes.append((ids.shape[-1], cache.get_seq_length()))
+
+    hook = model.base_model.register_forward_pre_hook(seen, with_kwargs=True)
+    try:
+        points = measure(model, context=100, sizes=(1, 4), repeats=2, graphs=True)
+    finally:
+        hook.remove()
+    assert passes == [(100, 0)] + [(b, 100) for b in (1, 5) for _ in range(3)]  # buckets
+    assert [p.n for p in points] == [1, 4] and points[0].ratio == 1.0
+
+
 def test_cli_verify_cost_prints_the_curve(tiny_models):
     r = CliRunner().invoke(
         app, ["bench", "--verify-cost", "--model", str(tiny_models["rename"]), "--threads", "1"]
@@ -132,6 +152,14 @@ def test_cli_verify_cost_prints_the_curve(tiny_models):
     assert [int(row[0]) for row in rows] == list(SIZES)
     assert float(rows[0][2]) == 1.0
     assert "threads=1" in r.stdout.splitlines()[0]
+    r = CliRunner().invoke(
+        app,
+        ["bench", "--verify-cost", "--model", str(tiny_models["rename"]), "--threads", "1",
+         "--set", "graphs=true"],
+    )  # fmt: skip
+    assert r.exit_code == 0, r.stderr
+    assert "static passes" in r.stdout.splitlines()[0]
+    assert [int(line.split()[0]) for line in r.stdout.splitlines()[2:]] == list(SIZES)
 
 
 def _row(task, method, same):

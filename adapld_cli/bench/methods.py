@@ -20,6 +20,9 @@ Method names: the engine's (``ar``, ``pld``, ``adapld``) come from
   CUDA only, so on a CPU ``adapld`` already runs without it and this is the comparison).
 - ``adapld-pass-topk``: adapld computing every pass's accepted rows' top-K
   (``pass_topk=True``; by default on CUDA only, a CPU looks them up on demand).
+- ``ar-graphs`` / ``adapld-graphs``: ``ar`` / adapld with static verify passes, CUDA graphs
+  on a GPU (``graphs=True``, :mod:`adapld_cli.engine.graphs`; off by default until measured
+  there). Their ``= ar`` check is the GPU exactness measurement for graphs.
 
 Engine methods and ablations are lossless by construction: an output that differs from ``ar``
 is a bug. The transformers baselines run other code (and possibly other kernels), so for them
@@ -53,7 +56,11 @@ ABLATIONS = {
 VARIANTS: dict[str, dict[str, bool]] = {
     "adapld-semantic": {"semantic": True},
     "adapld-pass-topk": {"pass_topk": True},
+    "adapld-graphs": {"graphs": True},
+    "ar-graphs": {"graphs": True},
 }
+# the engine method a variant runs (default: adapld)
+VARIANT_METHOD = {"ar-graphs": Method.ar.value}
 ALL_METHODS = (
     Method.ar.value, *BASELINES, Method.pld.value, Method.adapld.value, *ABLATIONS, *VARIANTS
 )  # fmt: skip
@@ -116,7 +123,9 @@ def run_method(
         )
     from adapld_cli.engine import generate  # imports torch: only when a benchmark runs
 
-    engine_method = Method.adapld.value if name in ABLATIONS or name in VARIANTS else name
+    engine_method = name
+    if name in ABLATIONS or name in VARIANTS:
+        engine_method = VARIANT_METHOD.get(name, Method.adapld.value)
     assert engine_method in METHODS, name
     t0 = time.perf_counter()
     result = generate(

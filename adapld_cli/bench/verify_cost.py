@@ -8,7 +8,9 @@ size). The whole model runs (LM head over all ``n`` rows included), as the model
 the curve shows whatever kernels adapld's loading chose. ``context`` is shortened when the
 model's positions would not fit ``context + max(sizes)``. :func:`format_curve` renders the
 points as a plain-text table. This is the cost model the drafters adapt to
-(``adapld_cli.engine.cost``; docs/design.md, "Cost model").
+(``adapld_cli.engine.cost``; docs/design.md, "Cost model"). With ``graphs`` each pass is the
+engine's static verify pass instead (:mod:`adapld_cli.engine.graphs`: a CUDA graph replay on
+a GPU, captured during the warm-up pass), its LM head over all ``n`` rows computed after it.
 """
 
 from __future__ import annotations
@@ -53,6 +55,7 @@ def measure(
     sizes: tuple[int, ...] = SIZES,
     repeats: int = REPEATS,
     seed: int = 0,
+    graphs: bool = False,
 ) -> list[CostPoint]:
     """Per-``n`` forward cost on ``model`` over a ``context``-token cache (see module doc)."""
     import torch
@@ -64,6 +67,8 @@ def measure(
     device = next(model.parameters()).device
     high = min(TOKEN_RANGE, model.config.vocab_size)
     gen = torch.Generator().manual_seed(seed)
+    if graphs:
+        return _static_curve(model, context, sizes, repeats, high, gen)
     cache_kw = "cache" if "cache" in inspect.signature(model.forward).parameters else None
     cache_kw = cache_kw or "past_key_values"
     cache = DynamicCache(config=model.config)
@@ -75,6 +80,39 @@ def measure(
             ids = torch.randint(0, high, (1, n), generator=gen).to(device)
             times = [_timed_pass(model, ids, cache, cache_kw) for _ in range(repeats + 1)]
             medians[n] = statistics.median(times[1:])  # the first pass warms up
+    base = medians[sizes[0]]
+    return [CostPoint(n, medians[n] * 1e3, medians[n] / base if base > 0 else 0.0) for n in sizes]
+
+
+def _static_curve(
+    model: Any, context: int, sizes: tuple[int, ...], repeats: int, high: int, gen: Any
+) -> list[CostPoint]:
+    """:func:`measure` through the engine's runner with static verify passes."""
+    import torch
+
+    from adapld_cli.engine.adapter import ModelRunner
+
+    runner = ModelRunner(
+        model, hidden_layer=None, want_hidden=False, capacity=context + max(sizes) + 8,
+        static=True,
+    )  # fmt: skip
+    sync = torch.cuda.synchronize if runner.device.type == "cuda" else (lambda: None)
+    medians: dict[int, float] = {}
+    try:
+        runner.prefill(torch.randint(0, high, (context,), generator=gen).tolist(), 0)
+        for n in sizes:
+            ids = torch.randint(0, high, (n,), generator=gen).tolist()
+            times = []
+            for _ in range(repeats + 1):
+                sync()
+                t0 = time.perf_counter()
+                runner.verify(ids, None, None).logits.rows(list(range(n)))
+                sync()
+                times.append(time.perf_counter() - t0)
+                runner.keep(context, [])
+            medians[n] = statistics.median(times[1:])
+    finally:
+        runner.close()
     base = medians[sizes[0]]
     return [CostPoint(n, medians[n] * 1e3, medians[n] / base if base > 0 else 0.0) for n in sizes]
 

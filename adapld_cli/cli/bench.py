@@ -36,7 +36,8 @@ HELP = (
 EPILOG = (
     f"Methods: {', '.join(m for m in ALL_METHODS if m not in ABLATIONS and m not in VARIANTS)}; "
     f"ablations {', '.join(ABLATIONS)}; variants {', '.join(VARIANTS)} (the semantic fallback, "
-    "or every pass's top-K rows, forced on: by default on CUDA only) ('all' = every one).\n\n"
+    "or every pass's top-K rows, forced on: by default on CUDA only; static passes, CUDA "
+    "graphs on a GPU, for ar and adapld) ('all' = every one).\n\n"
     "Examples:\n\n"
     "  adapld bench                                   (built-in suite, default methods)\n\n"
     "  adapld bench --tasks canitedit.jsonl --limit 20 --json out.json --plot out.png\n\n"
@@ -65,7 +66,8 @@ _HELPS = {
     "--attempts": "Generations per task and method, as `adapld edit --attempts` (a refused or "
     "unchanged result is asked for again with the reason); reports pass@1 of the first "
     "attempt and the last. Default: 1.",
-    "--set": "Override an AdaPLD setting (e.g. node_budget=32); repeatable.",
+    "--set": "Override an AdaPLD setting (e.g. node_budget=32); repeatable. With "
+    "--verify-cost, graphs=true measures the static passes (CUDA graphs on a GPU).",
     "--warmup/--no-warmup": "Warm every method up first.",
     "--verify-cost": "Run nothing else: print what one forward over n = 1..64 new tokens costs "
     "on a ~1,000-token cache (ms and ratio to n = 1, median of 5) on the loaded model; exit.",
@@ -142,7 +144,9 @@ def bench(
         if from_json:
             code = _merged(console, from_json, out)
         elif verify_cost:
-            code = _verify_cost(_load(model, device, dtype, threads, weights))
+            settings = _settings(adapld_set or [])
+            graphs = bool(settings and settings.graphs)
+            code = _verify_cost(_load(model, device, dtype, threads, weights), graphs)
         else:
             options = BenchOptions(
                 methods=parse_methods(methods),
@@ -203,7 +207,7 @@ def _load(
     return load(model, device=device, dtype=dtype, weights=weights)
 
 
-def _verify_cost(loaded: Any) -> int:
+def _verify_cost(loaded: Any, graphs: bool = False) -> int:
     import torch
 
     from adapld_cli.bench.verify_cost import CONTEXT, REPEATS, format_curve, measure
@@ -211,10 +215,10 @@ def _verify_cost(loaded: Any) -> int:
     title = (
         f"forward cost over a {CONTEXT}-token cache, median of {REPEATS}: {loaded.name} "
         f"[{loaded.device}, {loaded.dtype}, {loaded.weights_label()}, "
-        f"threads={torch.get_num_threads()}]"
+        f"threads={torch.get_num_threads()}{', static passes (graphs=true)' if graphs else ''}]"
     )
     try:
-        points = measure(loaded.model)
+        points = measure(loaded.model, graphs=graphs)
     except ValueError as exc:  # a model with too few positions
         raise _Usage(f"--verify-cost: {exc}") from None
     typer.echo(format_curve(points, title), nl=False)

@@ -495,8 +495,8 @@ def combined_stats(a: Stats, b: Stats) -> Stats:
             for k, v in y.items():
                 merged[k] = merged.get(k, 0) + v
             out.accept_hist = merged
-        elif f.name == "ar_step_s":
-            out.ar_step_s = y or x
+        elif f.name in ("ar_step_s", "graph_fallback"):
+            setattr(out, f.name, y or x)
         elif isinstance(x, (int, float)) and not isinstance(x, bool):
             setattr(out, f.name, x + y)
     return out

@@ -17,7 +17,9 @@ from typing import Any
 
 import torch
 
+from adapld_cli.engine.graphs import StaticPasses
 from adapld_cli.engine.prefix import PrefixCache
+from adapld_cli.engine.tree import tree_mask
 from adapld_cli.engine.types import UnsupportedModelError
 
 # Prompt tokens per prefill pass. Measured on coder-1.5b (bf16, exact kernels, 2 threads; 800-
@@ -138,6 +140,7 @@ class ModelRunner:
         want_hidden: bool,
         keep_final: bool = False,
         capacity: int = 1024,
+        static: bool = False,
     ) -> None:
 
         config = model.config
@@ -178,6 +181,8 @@ class ModelRunner:
             self._hook = layers[idx].register_forward_hook(self._capture)
         self._hidden_idx = idx if want_hidden else None
         self.cache = self._new_cache(capacity)  # preallocated; grows by doubling past it
+        self._static_wanted = static  # verify passes through StaticPasses (engine/graphs.py)
+        self.static: StaticPasses | None = None  # made at the first pass (after the prefill)
 
     def _new_cache(self, capacity: int) -> Any:
         from adapld_cli.engine.kvcache import new_cache
@@ -243,6 +248,55 @@ class ModelRunner:
         with torch.inference_mode():
             rows = self._final[torch.tensor(positions, device=self._final.device)]
             return topk_ids(self.logits(rows), k)
+
+    def verify(
+        self, ids: list[int], parents: list[int] | None, depths: list[int] | None
+    ) -> PassOutput:
+        """One verification pass over draft-tree nodes ``ids`` after the cache (``parents`` /
+        ``depths`` None = a chain): a static pass (:mod:`adapld_cli.engine.graphs`; a CUDA
+        graph on a GPU) when the runner was made with ``static`` and the pass fits, else
+        :meth:`step` with the tree's mask."""
+        static = self._static_passes()
+        if static is not None and static.fits(len(ids)):
+            start = self.cache_len
+            with torch.inference_mode():
+                last, hidden = static.run(ids, parents, depths)
+                self._store_final(start, last)
+            return PassOutput(logits=LazyLogits(self, last), hidden=hidden)
+        mask = (
+            None if parents is None else tree_mask(parents, self.cache_len, self.dtype, self.device)
+        )
+        return self.step(ids, depths, mask)
+
+    def _static_passes(self) -> StaticPasses | None:
+        if not self._static_wanted or not self.cache_len:
+            return None
+        if self.static is None or not self.static.valid:  # first pass, or the cache grew
+            old = self.static
+            with torch.inference_mode():
+                self.static = StaticPasses(
+                    list(self.cache.layers),
+                    self._static_forward,
+                    self.device,
+                    self.dtype,
+                    capture=self.device.type == "cuda" and (old is None or old.capture),
+                )
+            if old is not None:  # counts go on
+                self.static.runs, self.static.replays = old.runs, old.replays
+                self.static.fallback = old.fallback
+        return self.static
+
+    def _static_forward(self, ids: torch.Tensor, pos: torch.Tensor, mask: torch.Tensor) -> Any:
+        self._captured = None
+        out = self.base(
+            input_ids=ids,
+            position_ids=pos,
+            attention_mask=mask,
+            use_cache=True,
+            **{self._cache_kw: self.cache},
+        )
+        hooked = None if self._captured is None else self._captured[0]
+        return out.last_hidden_state[0], hooked  # [b, H], [b, H] or None
 
     def step(self, ids: list[int], depths: list[int] | None, mask: Any) -> PassOutput:
         """Feed ``ids`` after the cache. ``depths`` (None = a chain) give positions

@@ -10,7 +10,12 @@ the 1.5B model), and compacting a draft tree to its accepted path copies it agai
   native exact attention reads them in place);
 - ``crop`` moves the length back; :meth:`GrowingLayer.keep` compacts a tree pass to its
   accepted rows with one in-place copy of those rows;
-- capacity doubles when a pass would not fit (one copy, amortised), from the hint given.
+- capacity doubles when a pass would not fit (one copy, amortised), from the hint given;
+- with :attr:`GrowingLayer.slots` set (static passes, :mod:`adapld_cli.engine.graphs`),
+  ``update`` writes the rows at those slots and returns the whole buffers, so a pass has the
+  same shapes whatever the length (what a CUDA graph needs); the caller then sets the length.
+  :meth:`GrowingLayer.clear_tail` zeroes the rows past the length first, so rows never
+  written hold finite values under the mask.
 
 The values are the same bits a ``DynamicLayer`` would hold, so the forward computes the same
 results; only where they live changes. :func:`new_cache` builds a ``DynamicCache`` of these
@@ -35,6 +40,7 @@ class GrowingLayer(DynamicLayer):
         self._k: torch.Tensor | None = None  # [B, KV, capacity, d]
         self._v: torch.Tensor | None = None
         self._len = 0
+        self.slots: torch.Tensor | None = None  # [n] int64 rows a static pass writes
 
     def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
         self.device = key_states.device
@@ -64,10 +70,16 @@ class GrowingLayer(DynamicLayer):
     def update(
         self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Append ``[B, KV, n, d]`` keys and values; returns views of all cached rows."""
+        """Append ``[B, KV, n, d]`` keys and values; returns views of all cached rows. With
+        :attr:`slots` set: write them at those rows and return the whole ``[B, KV, capacity,
+        d]`` buffers (the length is the caller's to set, :meth:`set_length`)."""
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)
         assert self._k is not None and self._v is not None
+        if self.slots is not None:
+            self._k.index_copy_(2, self.slots, key_states)
+            self._v.index_copy_(2, self.slots, value_states)
+            return self._k, self._v
         n = key_states.shape[2]
         self._reserve(self._len + n)
         self._k[:, :, self._len : self._len + n] = key_states
@@ -78,6 +90,22 @@ class GrowingLayer(DynamicLayer):
 
     def get_seq_length(self) -> int:
         return self._len if self.is_initialized else 0
+
+    @property
+    def capacity(self) -> int:
+        return 0 if self._k is None else self._k.shape[2]
+
+    def clear_tail(self) -> None:
+        """Zero the rows past the length (never written, or left by a longer pass)."""
+        assert self._k is not None and self._v is not None
+        self._k[:, :, self._len :].zero_()
+        self._v[:, :, self._len :].zero_()
+
+    def set_length(self, length: int) -> None:
+        """After a static pass: the first ``length`` rows are the cache."""
+        assert 0 <= length <= self.capacity
+        self._len = length
+        self._views()
 
     def crop(self, tokens_to_remove: int) -> None:
         """Drop the last ``-tokens_to_remove`` rows (transformers 5's negative count)."""

@@ -25,7 +25,7 @@ from adapld_cli.engine.prefix import PrefixCache
 from adapld_cli.engine.sampling import TokenChooser
 from adapld_cli.engine.settings import AdaPLDSettings
 from adapld_cli.engine.stops import StopChecker
-from adapld_cli.engine.tree import DraftTree, accept, tree_mask
+from adapld_cli.engine.tree import DraftTree, accept
 from adapld_cli.engine.types import GenerationConfig, GenerationResult, Source, Stats, StepEvent
 
 
@@ -48,7 +48,9 @@ def stream(
     (:class:`~adapld_cli.engine.drafters.reference.WithReference`; never with ``ar``, whose
     passes stay single-token). ``prefix``: a :class:`~adapld_cli.engine.prefix.PrefixCache`
     shared by generations one after the other (the prefill chunks a previous prompt shares
-    are taken over, bit for bit; ``stats.cached_tokens`` counts them).
+    are taken over, bit for bit; ``stats.cached_tokens`` counts them). ``settings.graphs``
+    applies to every method: verify passes run as static passes (CUDA graphs on a GPU,
+    :mod:`adapld_cli.engine.graphs`; ``stats.graph_passes`` counts the replays).
     """
     config = config or GenerationConfig()
     if not prompt_ids:
@@ -68,6 +70,7 @@ def stream(
         # the KV cache is preallocated for the prompt, the answer and one pass's tree nodes
         # (a budget beyond 4,096 new tokens grows it by doubling when reached)
         capacity=len(prompt_ids) + min(config.max_new_tokens, 4096) + 128,
+        static=bool(settings and settings.graphs),
     )
     try:
         yield from _decode(runner, list(prompt_ids), config, drafter, stops, prefix)
@@ -145,9 +148,10 @@ def _decode(
         tree = drafter.propose(ctx, remaining - 1)
         root_pos = ctx.pending  # == runner.cache_len
         chain = tree.is_chain
-        mask = None if chain else tree_mask(tree.parents, root_pos, runner.dtype, runner.device)
         t_pass = time.perf_counter()
-        out = runner.step(tree.tokens, None if chain else tree.depths, mask)
+        out = runner.verify(
+            tree.tokens, None if chain else tree.parents, None if chain else tree.depths
+        )
         path, bonus = accept(tree, chooser.bind(out.logits))
         pass_s = time.perf_counter() - t_pass
         ctx.cost.observe(len(tree), pass_s)
@@ -173,6 +177,8 @@ def _decode(
             drafter.feedback(ctx, tree, path, new)
 
         _count(stats, tree, new, sources)
+        if runner.static is not None:
+            stats.graph_passes, stats.graph_fallback = runner.static.replays, runner.static.fallback
         stats.ar_step_s = ctx.cost.step_s
         stats.decode_s += time.perf_counter() - t_step
         yield StepEvent(new, sources, stats, finished=reason is not None, stop_reason=reason)

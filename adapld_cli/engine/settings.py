@@ -47,6 +47,11 @@ class AdaPLDSettings:
             ``True`` / ``False`` = always / never (then the token that followed stands in).
         semantic: the semantic fallback. ``None`` = on for CUDA devices only: on a CPU it
             cost more than it gained (README, Performance: ablations on 20 CanItEdit tasks).
+        graphs: verify passes as static-shape passes over the whole preallocated cache, one
+            shape per size bucket, captured and replayed as CUDA graphs on a GPU
+            (:mod:`adapld_cli.engine.graphs`); applies to every method, ``ar`` included. Off
+            until measured on a GPU (the bench's ``ar-graphs`` / ``adapld-graphs``); on a CPU
+            the passes run eagerly, only slower (the tests use that).
         branches / cursor / rerank / adaptive: ablation switches (like ``semantic=False``).
             With ``adaptive=False`` the drafter always drafts ``max_draft_len`` and the full
             tree.
@@ -67,6 +72,7 @@ class AdaPLDSettings:
     pass_topk: bool | None = None
     topk_lookup: bool | None = None
     semantic: bool | None = None
+    graphs: bool = False
     branches: bool = True
     cursor: bool = True
     rerank: bool = True

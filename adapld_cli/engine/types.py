@@ -59,6 +59,8 @@ class Stats:
     pass_s: float = 0.0  # seconds of the decode passes themselves: forward + acceptance walk
     # (LM head included); decode_s - pass_s is the engine's own host work (drafting, masks,
     # cache compaction, bookkeeping)
+    graph_passes: int = 0  # decode passes replayed from a CUDA graph (AdaPLDSettings.graphs)
+    graph_fallback: str = ""  # why CUDA graph capture failed ("" = it did not)
 
     @property
     def mean_accepted(self) -> float:

@@ -1,0 +1,206 @@
+"""Static verify passes (engine/graphs.py, CUDA graphs on a GPU): on a CPU they run eagerly,
+and here they are held to the engine's contract. Every method with ``graphs=True`` emits
+plain (dynamic) decoding's tokens with drafts of every kind accepted, every pass really ran
+static, and a static pass's rows and cache equal an eager pass's; passes that do not fit a
+bucket, or a cache that grows, fall back or rebuild and stay exact."""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+
+import pytest
+import torch
+
+from adapld_cli.engine import AdaPLDSettings, GenerationConfig, generate
+from adapld_cli.engine.adapter import ModelRunner
+from adapld_cli.engine.graphs import BUCKETS, bucket
+from adapld_cli.engine.tree import DraftTree, tree_mask
+from adapld_cli.engine.types import Source
+from tests.tiny_models import one_thread, random_prompt, tiny_model
+
+
+@pytest.fixture(autouse=True)
+def _single_thread():
+    with one_thread():
+        yield
+
+
+FULL_TREE = AdaPLDSettings(
+    graphs=True,
+    adaptive=False,
+    sim_floor=-1.0,
+    node_budget=24,
+    top_k=4,
+    prompt_topk=True,
+    pass_topk=True,
+    semantic=True,
+)
+
+
+def test_buckets():
+    assert [bucket(n) for n in (1, 2, 3, 4, 5, 6, 17, 18, 65, 66, 129)] == [
+        1, 2, 3, 5, 5, 9, 17, 33, 65, 129, 129,
+    ]  # fmt: skip
+    assert bucket(130) is None and tuple(sorted(BUCKETS)) == BUCKETS
+
+
+def _runs(monkeypatch) -> list[ModelRunner]:
+    """Record every ModelRunner the loop makes (to read its static passes' counters)."""
+    made: list[ModelRunner] = []
+    init = ModelRunner.__init__
+
+    def record(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        made.append(self)
+
+    monkeypatch.setattr(ModelRunner, "__init__", record)
+    return made
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2", "gpt2"])
+def test_static_passes_identical_to_plain_decoding(arch, monkeypatch):
+    """ar, adapld and a full tree with static passes emit plain decoding's tokens on 6
+    prompts; copied, branch and semantic drafts were accepted on the way; every pass of every
+    static generation ran static (eagerly: no graph on a CPU)."""
+    model = tiny_model(arch)
+    made = _runs(monkeypatch)
+    accepted = Counter()
+    for seed in range(6):
+        prompt = random_prompt(seed, repeats=seed != 5)
+        cfg = GenerationConfig(max_new_tokens=48)
+        ref = generate(model, prompt, cfg, "ar")
+        for method, settings in (
+            ("ar", AdaPLDSettings(graphs=True)),
+            ("adapld", AdaPLDSettings(graphs=True)),
+            ("adapld", FULL_TREE),
+        ):
+            made.clear()
+            out = generate(model, prompt, cfg, method, settings=settings)
+            assert out.tokens == ref.tokens, (method, seed)
+            static = made[0].static
+            assert static is not None and static.runs == out.stats.forward_passes
+            assert static.replays == 0 and out.stats.graph_passes == 0
+            assert out.stats.graph_fallback == ""
+            if method == "adapld":
+                accepted.update(
+                    lexical=out.stats.lexical_accepted,
+                    branch=out.stats.branch_accepted,
+                    semantic=out.stats.semantic_accepted,
+                )
+    assert accepted["lexical"] > 0 and accepted["branch"] > 0 and accepted["semantic"] > 0
+    made.clear()
+    generate(model, random_prompt(0), GenerationConfig(max_new_tokens=8), "adapld")
+    assert made[0].static is None  # off by default
+
+
+def _tree(rng: random.Random, n: int, root: int) -> DraftTree:
+    tree = DraftTree.root(root)
+    while len(tree) < n:
+        tree.add(rng.randrange(40), rng.randrange(len(tree)), Source.LEXICAL)
+    return tree
+
+
+def _pass_pair(model, n: int, seed: int, hidden: bool = True):
+    """An eager and a static runner after the same prefill, and one tree pass of ``n``
+    nodes through each: ``(eager, static, tree, past, eager out, static out)``."""
+    rng = random.Random(seed)
+    prefix = [rng.randrange(40) for _ in range(30)]
+    eager = ModelRunner(model, hidden_layer=None, want_hidden=hidden, capacity=100)
+    static = ModelRunner(model, hidden_layer=None, want_hidden=hidden, capacity=100, static=True)
+    for runner in (eager, static):
+        runner.prefill(prefix[:-1], top_k=0)
+    tree = _tree(rng, n, prefix[-1])
+    past = len(prefix) - 1
+    a = eager.step(tree.tokens, tree.depths, tree_mask(tree.parents, past, model.dtype, "cpu"))
+    b = static.verify(tree.tokens, tree.parents, tree.depths)
+    assert static.static is not None and static.static.runs == 1
+    return eager, static, tree, past, a, b
+
+
+def _deepest_path(tree: DraftTree) -> list[int]:
+    leaf = max(range(len(tree)), key=lambda i: (tree.depths[i], i))
+    path, j = [], leaf
+    while j >= 0:
+        path.append(j)
+        j = tree.parents[j]
+    return path[::-1]
+
+
+@pytest.mark.parametrize("n", [1, 4, 9, 20])
+def test_static_pass_rows_and_cache_equal_eager(n):
+    """One tree pass (and then a chain) through a static runner gives the eager runner's
+    logits and hooked states, and after compaction both caches hold the same rows. Stock
+    attention sums over the whole buffer (zeros past the visible keys), so float64 rows
+    agree to rounding; the exact kernels' agree bit for bit (next test)."""
+    model = tiny_model("qwen2")
+    eager, static, tree, past, a, b = _pass_pair(model, n, n)
+    close = dict(rtol=1e-12, atol=1e-14)
+    rows = list(range(n))
+    torch.testing.assert_close(a.logits.rows(rows), b.logits.rows(rows), **close)
+    torch.testing.assert_close(a.hidden, b.hidden, **close)
+    path = _deepest_path(tree)
+    for runner in (eager, static):
+        runner.keep(past, path)
+    assert eager.cache_len == static.cache_len == past + len(path)
+    for la, lb in zip(eager.cache.layers, static.cache.layers, strict=True):
+        torch.testing.assert_close(la.keys, lb.keys, **close)
+        torch.testing.assert_close(la.values, lb.values, **close)
+    chain = [3, 7, 11]
+    c1 = eager.step(chain, None, None).logits.rows([0, 1, 2])
+    c2 = static.verify(chain, None, None).logits.rows([0, 1, 2])
+    torch.testing.assert_close(c1, c2, **close)
+
+
+@pytest.mark.parametrize("quantized", [None, "q4"])
+def test_static_pass_bitwise_on_exact_kernels(quantized):
+    """On the exact kernels with the lean forward (what users run on a CPU), each query
+    attends exactly its keys whatever the buffer: a static pass's rows, hooked states and
+    cache are an eager pass's bit for bit (bfloat16, dense and 4-bit), and greedy adapld
+    and ar with static passes emit plain decoding's tokens."""
+    from tests.test_kernels import _packed
+
+    model = _packed("qwen2", torch.bfloat16, quantized=quantized)
+    for n in (1, 9, 33):
+        eager, static, tree, past, a, b = _pass_pair(model, n, n)
+        rows = list(range(n))
+        assert torch.equal(a.logits.rows(rows), b.logits.rows(rows)), n
+        assert torch.equal(a.hidden, b.hidden), n
+        path = _deepest_path(tree)
+        for runner in (eager, static):
+            runner.keep(past, path)
+        for la, lb in zip(eager.cache.layers, static.cache.layers, strict=True):
+            assert torch.equal(la.keys, lb.keys) and torch.equal(la.values, lb.values), n
+    for seed in range(3):
+        prompt = random_prompt(seed)
+        cfg = GenerationConfig(max_new_tokens=40)
+        ref = generate(model, prompt, cfg, "ar")
+        out = generate(model, prompt, cfg, "adapld", settings=AdaPLDSettings(graphs=True))
+        assert out.tokens == ref.tokens and out.stats.accepted_draft_tokens > 0, seed
+
+
+def test_passes_that_do_not_fit_and_a_growing_cache_stay_exact():
+    """A pass over the largest bucket runs eagerly; a cache grown past its capacity (a pass
+    that no longer fits runs eagerly and grows it) rebuilds the static passes on the new
+    buffers; every pass's logits equal the eager runner's."""
+    model = tiny_model("llama")
+    rng = random.Random(0)
+    runner = ModelRunner(model, hidden_layer=None, want_hidden=False, capacity=24, static=True)
+    plain = ModelRunner(model, hidden_layer=None, want_hidden=False, capacity=24)
+    ids = [rng.randrange(40) for _ in range(12)]
+    for r in (runner, plain):
+        r.prefill(ids, top_k=0)
+    first = None
+    for step in range(12):  # 3 tokens a pass: the cache grows past 24 rows, then 48
+        chain = [rng.randrange(40) for _ in range(3)]
+        x = runner.verify(chain, None, None).logits.rows([0, 1, 2])
+        y = plain.step(chain, None, None).logits.rows([0, 1, 2])
+        assert torch.equal(x, y), step
+        first = first or runner.static
+    assert runner.cache_len == 12 + 36 and runner.static is not first  # rebuilt after growth
+    assert runner.static is not None and 0 < runner.static.runs < 12  # 2 passes did not fit
+    runs = runner.static.runs
+    long = [rng.randrange(40) for _ in range(BUCKETS[-1] + 1)]
+    x = runner.verify(long, None, None).logits.rows([0, len(long) - 1])
+    y = plain.step(long, None, None).logits.rows([0, len(long) - 1])
+    assert torch.equal(x, y) and runner.static.runs == runs  # no bucket holds it: eager

@@ -12,7 +12,7 @@ from collections import Counter
 import pytest
 import torch
 
-from adapld_cli.engine import AdaPLDSettings, GenerationConfig, generate
+from adapld_cli.engine import AdaPLDSettings, GenerationConfig, adapter, generate
 from adapld_cli.engine.adapter import ModelRunner
 from adapld_cli.engine.graphs import BUCKETS, bucket
 from adapld_cli.engine.tree import DraftTree, tree_mask
@@ -78,9 +78,9 @@ def test_static_passes_identical_to_plain_decoding(arch, monkeypatch):
             made.clear()
             out = generate(model, prompt, cfg, method, settings=settings)
             assert out.tokens == ref.tokens, (method, seed)
-            static = made[0].static
-            assert static is not None and static.runs == out.stats.forward_passes
-            assert static.replays == 0 and out.stats.graph_passes == 0
+            assert made[0].static is not None
+            assert made[0].static_runs == out.stats.forward_passes
+            assert made[0].graph_replays == 0 and out.stats.graph_passes == 0
             assert out.stats.graph_fallback == ""
             if method == "adapld":
                 accepted.update(
@@ -179,10 +179,11 @@ def test_static_pass_bitwise_on_exact_kernels(quantized):
         assert out.tokens == ref.tokens and out.stats.accepted_draft_tokens > 0, seed
 
 
-def test_passes_that_do_not_fit_and_a_growing_cache_stay_exact():
+def test_passes_that_do_not_fit_and_a_growing_cache_stay_exact(monkeypatch):
     """A pass over the largest bucket runs eagerly; a cache grown past its capacity (a pass
     that no longer fits runs eagerly and grows it) rebuilds the static passes on the new
     buffers; every pass's logits equal the eager runner's."""
+    monkeypatch.setattr(adapter, "WORKSPACE_ROWS", 8)  # a 24-row cache, as asked
     model = tiny_model("llama")
     rng = random.Random(0)
     runner = ModelRunner(model, hidden_layer=None, want_hidden=False, capacity=24, static=True)
@@ -198,9 +199,35 @@ def test_passes_that_do_not_fit_and_a_growing_cache_stay_exact():
         assert torch.equal(x, y), step
         first = first or runner.static
     assert runner.cache_len == 12 + 36 and runner.static is not first  # rebuilt after growth
-    assert runner.static is not None and 0 < runner.static.runs < 12  # 2 passes did not fit
-    runs = runner.static.runs
+    assert runner.static is not None and 0 < runner.static_runs < 12  # 2 passes did not fit
+    runs = runner.static_runs
     long = [rng.randrange(40) for _ in range(BUCKETS[-1] + 1)]
     x = runner.verify(long, None, None).logits.rows([0, len(long) - 1])
     y = plain.step(long, None, None).logits.rows([0, len(long) - 1])
-    assert torch.equal(x, y) and runner.static.runs == runs  # no bucket holds it: eager
+    assert torch.equal(x, y) and runner.static_runs == runs  # no bucket holds it: eager
+
+
+def test_the_next_generation_takes_over_the_static_cache(monkeypatch):
+    """Generations one after the other on a model share one static cache and its static
+    passes (so captured graphs replay again); runners alive at once get their own; every
+    output is plain decoding's."""
+    model = tiny_model("qwen2")
+    made = _runs(monkeypatch)
+    settings = AdaPLDSettings(graphs=True)
+    cfg = GenerationConfig(max_new_tokens=32)
+    outs = []
+    for seed in range(3):
+        prompt = random_prompt(seed)
+        ref = generate(model, prompt, cfg, "ar")
+        out = generate(model, prompt, cfg, "adapld", settings=settings)
+        assert out.tokens == ref.tokens, seed
+        assert made[-1].static_runs == out.stats.forward_passes
+        outs.append(made[-1])
+    assert outs[0].cache is outs[1].cache is outs[2].cache
+    assert outs[0].static is outs[1].static is outs[2].static
+    a = ModelRunner(model, hidden_layer=None, want_hidden=True, capacity=100, static=True)
+    b = ModelRunner(model, hidden_layer=None, want_hidden=True, capacity=100, static=True)
+    assert a.cache is not b.cache  # a is busy until closed
+    a.close()
+    c = ModelRunner(model, hidden_layer=None, want_hidden=True, capacity=100, static=True)
+    assert c.cache is a.cache

@@ -12,6 +12,7 @@ logits are never materialised.
 from __future__ import annotations
 
 import inspect
+import weakref
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,6 +28,10 @@ from adapld_cli.engine.types import UnsupportedModelError
 # ~100. Every decoding method shares the prefill, so the chunk never affects exactness.
 PREFILL_CHUNK = 256
 
+
+# Static-pass caches are made for a multiple of this many rows, so that the next generations
+# on the model fit the same cache (and replay the graphs captured for it).
+WORKSPACE_ROWS = 1024
 
 # Vocabulary entries per block of :func:`topk_ids`' first pass (a row's maximum per block).
 TOPK_BLOCK = 128
@@ -113,6 +118,23 @@ class LazyLogits:
 
 
 @dataclass
+class _Workspace:
+    """A static-pass cache kept between generations on one model (see
+    :meth:`ModelRunner._take_workspace`)."""
+
+    cache: Any
+    capacity: int
+    static: StaticPasses | None = None
+    busy: bool = False
+
+
+# model -> hooked layer index -> its workspace (dropped with the model)
+_WORKSPACES: weakref.WeakKeyDictionary[Any, dict[int | None, _Workspace]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+@dataclass
 class PassOutput:
     logits: LazyLogits  # per node, on demand
     hidden: torch.Tensor | None  # [n, H] hidden states of the hooked layer (None if unhooked)
@@ -180,9 +202,14 @@ class ModelRunner:
                 )
             self._hook = layers[idx].register_forward_hook(self._capture)
         self._hidden_idx = idx if want_hidden else None
-        self.cache = self._new_cache(capacity)  # preallocated; grows by doubling past it
         self._static_wanted = static  # verify passes through StaticPasses (engine/graphs.py)
         self.static: StaticPasses | None = None  # made at the first pass (after the prefill)
+        self._workspace: _Workspace | None = None
+        self._counts0 = (0, 0)  # the static passes' (runs, replays) when this runner began
+        if static:
+            self._take_workspace(capacity)
+        else:
+            self.cache = self._new_cache(capacity)  # preallocated; grows by doubling past it
 
     def _new_cache(self, capacity: int) -> Any:
         from adapld_cli.engine.kvcache import new_cache
@@ -192,6 +219,37 @@ class ModelRunner:
         except ValueError as exc:
             raise UnsupportedModelError(f"{type(self.model).__name__}: {exc}") from exc
 
+    def _take_workspace(self, capacity: int) -> None:
+        """Static passes keep their cache (and captured graphs) for the model's next
+        generation: reuse a free workspace of this model and hooked layer that holds
+        ``capacity`` rows, else make one (capacity rounded up to :data:`WORKSPACE_ROWS`)."""
+        spaces = _WORKSPACES.setdefault(self.model, {})
+        key = self._hidden_idx
+        ws = spaces.get(key)
+        if ws is None or ws.busy or ws.capacity < capacity:
+            rows = -(-capacity // WORKSPACE_ROWS) * WORKSPACE_ROWS
+            ws = _Workspace(self._new_cache(rows), rows)
+            if key not in spaces or not spaces[key].busy:
+                spaces[key] = ws
+        else:
+            for layer in ws.cache.layers:
+                layer.reset()
+        ws.busy = True
+        self._workspace, self.cache, self.static = ws, ws.cache, ws.static
+        if ws.static is not None:  # its passes run this runner's forward from now on
+            ws.static.forward = self._static_forward
+            self._counts0 = (ws.static.runs, ws.static.replays)
+
+    @property
+    def static_runs(self) -> int:
+        """Passes this runner ran as static passes."""
+        return 0 if self.static is None else self.static.runs - self._counts0[0]
+
+    @property
+    def graph_replays(self) -> int:
+        """... of them replayed from a captured CUDA graph."""
+        return 0 if self.static is None else self.static.replays - self._counts0[1]
+
     def _capture(self, _module: Any, _inputs: Any, output: Any) -> None:
         self._captured = output[0] if isinstance(output, tuple) else output
 
@@ -199,6 +257,10 @@ class ModelRunner:
         if self._hook is not None:
             self._hook.remove()
             self._hook = None
+        if self._workspace is not None:
+            self._workspace.static = self.static
+            self._workspace.busy = False
+            self._workspace = None
 
     @property
     def cache_len(self) -> int:
@@ -226,6 +288,12 @@ class ModelRunner:
         if self.softcap:
             logits = torch.tanh(logits / self.softcap) * self.softcap
         return logits
+
+    def _lazy(self, last: torch.Tensor) -> LazyLogits:
+        """A pass's logits on demand: in 16-row blocks on a CPU, where the LM head is a large
+        share of a pass; all rows at once on a GPU, where it is cheap and each block's argmax
+        is a host-device sync (one per pass instead)."""
+        return LazyLogits(self, last, 16 if self.device.type != "cuda" else max(1, len(last)))
 
     def _store_final(self, start: int, last: torch.Tensor) -> None:
         """Keep the final hidden states ``last [n, H]`` of positions ``start ..`` when the
@@ -262,7 +330,7 @@ class ModelRunner:
             with torch.inference_mode():
                 last, hidden = static.run(ids, parents, depths)
                 self._store_final(start, last)
-            return PassOutput(logits=LazyLogits(self, last), hidden=hidden)
+            return PassOutput(logits=self._lazy(last), hidden=hidden)
         mask = (
             None if parents is None else tree_mask(parents, self.cache_len, self.dtype, self.device)
         )
@@ -284,6 +352,8 @@ class ModelRunner:
             if old is not None:  # counts go on
                 self.static.runs, self.static.replays = old.runs, old.replays
                 self.static.fallback = old.fallback
+            if self._workspace is not None:
+                self._workspace.static = self.static
         return self.static
 
     def _static_forward(self, ids: torch.Tensor, pos: torch.Tensor, mask: torch.Tensor) -> Any:
@@ -307,7 +377,7 @@ class ModelRunner:
             last = self._run(ids, start, positions, mask)
             self._store_final(start, last)
         hidden = None if self._captured is None else self._captured[0]
-        return PassOutput(logits=LazyLogits(self, last), hidden=hidden)
+        return PassOutput(logits=self._lazy(last), hidden=hidden)
 
     def prefill(
         self,

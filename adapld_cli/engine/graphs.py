@@ -66,7 +66,7 @@ class StaticPasses:
 
     def __init__(self, layers: list[Any], forward: Any, device: Any, dtype: Any, capture: bool):
         self.layers = layers
-        self._forward = forward
+        self.forward = forward  # the owning runner's (reset when a runner takes it over)
         self.device, self.dtype = device, dtype
         self.capture = capture
         self.capacity = min(layer.capacity for layer in layers)
@@ -168,7 +168,7 @@ class StaticPasses:
         for layer in self.layers:
             layer.slots = buf.slots
         try:
-            return self._forward(buf.ids, buf.pos, buf.mask)
+            return self.forward(buf.ids, buf.pos, buf.mask)
         finally:
             for layer in self.layers:
                 layer.slots = None

@@ -178,7 +178,8 @@ def _decode(
 
         _count(stats, tree, new, sources)
         if runner.static is not None:
-            stats.graph_passes, stats.graph_fallback = runner.static.replays, runner.static.fallback
+            stats.graph_passes = runner.graph_replays
+            stats.graph_fallback = runner.static.fallback
         stats.ar_step_s = ctx.cost.step_s
         stats.decode_s += time.perf_counter() - t_step
         yield StepEvent(new, sources, stats, finished=reason is not None, stop_reason=reason)

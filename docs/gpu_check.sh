@@ -8,15 +8,18 @@
 # Installs the wheels, prepares the model, then runs each check of the part asked for (each
 # part fits one 10-minute device call) under its own timeout, in the order of what a session
 # most needs, with its output teed to $OUT (default /tmp/out):
-#   part 1 (~8.5 minutes on an H200 with coder-1.5b)
+#   part 1 (~9 minutes on an H200 with coder-1.5b)
 #   1. verify-cost.log         the cost of a pass over n = 1..64 tokens, eager (--verify-cost)
 #   2. verify-cost-graphs.log  the same through static passes replayed as CUDA graphs
 #   3. graphs.json             the six edit cases, ar,adapld,ar-graphs,adapld-graphs: whether
 #                              graphs are exact (= ar) and what they gain, first task included
-#   4. profile/                torch.profiler over 50 ar steps and 20 adapld passes
+#   4. exact.log               4 trees of 65 nodes vs single steps, eager and static: rows
+#                              bitwise equal / same argmax (docs/gpu_exact.py)
+#   5. profile/                torch.profiler over 50 ar steps and 20 adapld passes, and both
+#                              with CUDA graphs (docs/gpu_profile.py --graphs)
 #   part 2 (~7 minutes)
-#   5. cases.json       the six edit cases, ar,hf,hf-pld,adapld: the README's GPU table
-#   6. canitedit.json   ar,adapld on CanItEdit 21-40 (when a task file is given): identity
+#   6. cases.json       the six edit cases, ar,hf,hf-pld,adapld: the README's GPU table
+#   7. canitedit.json   ar,adapld on CanItEdit 21-40 (when a task file is given): identity
 # A step that runs out of time is cut and the next one starts. Every step's exit status is in
 # $OUT/steps.txt.
 set -uo pipefail
@@ -39,15 +42,16 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv > "$OUT/gpu
 python3 -c "import torch, transformers; print(torch.__version__, transformers.__version__)" \
   >> "$OUT/gpu.txt" 2>&1
 cat /tmp/kit/part.* > /tmp/m.gguf
-step prepare 150 adapld model prepare --model /tmp/m.gguf
+step prepare 120 adapld model prepare --model /tmp/m.gguf
 model=(--model /tmp/m.gguf --device cuda)
 cases=(--tasks adapld_cli/bench/edit_cases.jsonl)
 if [ "$part" = 1 ]; then
   step verify-cost 45 adapld bench "${model[@]}" --verify-cost
   step verify-cost-graphs 60 adapld bench "${model[@]}" --verify-cost --set graphs=true
-  step graphs 200 adapld bench "${model[@]}" "${cases[@]}" \
+  step graphs 180 adapld bench "${model[@]}" "${cases[@]}" \
     --methods ar,adapld,ar-graphs,adapld-graphs --json "$OUT/graphs.json" --markdown "$OUT/graphs.md"
-  step profile 100 python3 docs/gpu_profile.py "${model[@]}" --out "$OUT/profile"
+  step exact 45 python3 docs/gpu_exact.py "${model[@]}"
+  step profile 90 python3 docs/gpu_profile.py "${model[@]}" --graphs --out "$OUT/profile"
 else
   step cases 240 adapld bench "${model[@]}" "${cases[@]}" \
     --methods ar,hf,hf-pld,adapld --json "$OUT/cases.json" --markdown "$OUT/cases.md"

@@ -4,8 +4,9 @@ is scarce: one call prints everything, and writes it to ``--out`` as well::
 
     python docs/gpu_profile.py --device cuda --out $OUT [--model M] [--task NAME]
 
-For each method (``ar`` then ``adapld``): the prompt is prefilled and ``--warmup`` steps run
-unprofiled, then the next ``--steps`` (ar) or ``--passes`` (adapld) events are profiled
+For each method (``ar`` then ``adapld``; with ``--graphs`` also both with static passes
+replayed as CUDA graphs, ``AdaPLDSettings.graphs``): the prompt is prefilled and ``--warmup``
+steps run unprofiled, then the next ``--steps`` (ar) or ``--passes`` (adapld) events are profiled
 (CPU activities, and CUDA ones on a GPU). Printed: the wall time per event, the top entries by
 self device time and by self CPU time, and the host-device synchronisations and copies per
 event (``cudaStreamSynchronize``, ``cudaMemcpyAsync`` ...). A Chrome trace of each goes to
@@ -37,6 +38,7 @@ def profile_method(
     stop_strings: tuple[str, ...] = (),
     trace: Path | None = None,
     rows: int = 25,
+    settings: Any = None,
 ) -> dict[str, Any]:
     """Profile ``events`` decode events of ``method`` after ``warmup`` unprofiled ones; returns
     ``{"method", "events", "tokens", "event_ms" (median), "device_table", "cpu_table",
@@ -49,7 +51,7 @@ def profile_method(
     cuda = next(model.parameters()).device.type == "cuda"
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
     config = GenerationConfig(max_new_tokens=4096, stop_strings=stop_strings)
-    gen = stream(model, prompt, config, method, tokenizer=tokenizer)
+    gen = stream(model, prompt, config, method, tokenizer=tokenizer, settings=settings)
     done = False
     for _ in range(warmup):
         if next(gen).finished:
@@ -74,8 +76,9 @@ def profile_method(
     device_key = "self_cuda_time_total" if cuda else "self_cpu_time_total"
     if trace is not None and times:
         prof.export_chrome_trace(str(trace))
+    graphs = bool(settings is not None and settings.graphs)
     return {
-        "method": method,
+        "method": method + ("-graphs" if graphs else ""),
         "events": len(times),
         "tokens": tokens,
         "event_ms": statistics.median(times) * 1e3 if times else 0.0,
@@ -107,10 +110,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--passes", type=int, default=20, help="adapld passes profiled")
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--out", type=Path, default=None, help="folder for the report + traces")
+    parser.add_argument("--graphs", action="store_true", help="also profile with CUDA graphs")
     args = parser.parse_args(argv)
 
     from adapld_cli.bench.tasks import load_tasks
     from adapld_cli.edit.prompt import build_prompt, load_template
+    from adapld_cli.engine import AdaPLDSettings
     from adapld_cli.model import load
 
     cases = Path(__file__).resolve().parents[1] / "adapld_cli" / "bench" / "edit_cases.jsonl"
@@ -127,8 +132,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.out is not None:
         args.out.mkdir(parents=True, exist_ok=True)
     texts = []
-    for method, events in (("ar", args.steps), ("adapld", args.passes)):
-        trace = None if args.out is None else args.out / f"trace_{method}.json"
+    runs = [("ar", args.steps, None), ("adapld", args.passes, None)]
+    if args.graphs:
+        graphs = AdaPLDSettings(graphs=True)
+        runs += [("ar", args.steps, graphs), ("adapld", args.passes, graphs)]
+    for method, events, settings in runs:
+        name = method + ("-graphs" if settings is not None else "")
+        trace = None if args.out is None else args.out / f"trace_{name}.json"
         result = profile_method(
             loaded.model,
             prompt.ids,
@@ -138,6 +148,7 @@ def main(argv: list[str] | None = None) -> int:
             tokenizer=loaded.tokenizer,
             stop_strings=(prompt.stop_string,),
             trace=trace,
+            settings=settings,
         )
         texts.append(report(result))
         print(texts[-1], flush=True)

@@ -1,10 +1,13 @@
 """The scripts in docs/ that a later session runs on a lent device work here first: the GPU
-profile (``docs/gpu_profile.py``) on a tiny model on the CPU."""
+profile (``docs/gpu_profile.py``) and the tree-vs-steps exactness probe
+(``docs/gpu_exact.py``) on tiny models on the CPU."""
 
 from __future__ import annotations
 
 import importlib.util
 from pathlib import Path
+
+import torch
 
 from tests.tiny_models import one_thread, random_prompt, tiny_model
 
@@ -31,6 +34,38 @@ def test_gpu_profile_profiles_ar_steps_and_adapld_passes(tmp_path):
     text = gpu_profile.report(ad)
     assert text.startswith("== adapld: 4 events") and "aten::" in text
     assert ar["syncs_per_event"] == {}  # no CUDA here
+
+
+def test_gpu_profile_with_graphs():
+    from adapld_cli.engine import AdaPLDSettings
+
+    gpu_profile = _script("gpu_profile")
+    with one_thread():
+        r = gpu_profile.profile_method(
+            tiny_model("llama"), random_prompt(2), "adapld", 3, warmup=1,
+            settings=AdaPLDSettings(graphs=True),
+        )  # fmt: skip
+    assert r["method"] == "adapld-graphs" and r["events"] == 3
+
+
+def test_gpu_exact_compares_tree_rows_with_single_steps():
+    """On the exact kernels every row of a 20-node tree is the single step's, bit for bit,
+    eagerly and through static passes."""
+    from tests.test_kernels import _packed
+
+    gpu_exact = _script("gpu_exact")
+    parents = gpu_exact.dfs_parents(20, 0, chain=8)
+    assert parents[0] == -1 and all(0 <= p < i for i, p in enumerate(parents) if i)
+    with one_thread():
+        model = _packed("qwen2", torch.bfloat16)
+        lines = gpu_exact.run(model, random_prompt(3), trees=2, nodes=20)
+        assert lines == [
+            "eager: 40/40 rows bitwise equal, 40/40 same argmax, max |diff| 0",
+            "static (graphs): 40/40 rows bitwise equal, 40/40 same argmax, max |diff| 0",
+        ]
+        assert gpu_exact.compare(model, random_prompt(3), [5, 6, 7], [-1, 0, 0], True)[:2] == (
+            3, 3,
+        )  # fmt: skip
 
 
 def test_gpu_check_script_parses():

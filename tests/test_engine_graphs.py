@@ -171,6 +171,13 @@ def test_static_pass_bitwise_on_exact_kernels(quantized):
             runner.keep(past, path)
         for la, lb in zip(eager.cache.layers, static.cache.layers, strict=True):
             assert torch.equal(la.keys, lb.keys) and torch.equal(la.values, lb.values), n
+        # static passes of one bucket in a row (nothing else between them) reuse its buffers
+        chains = [
+            [(5 * k + n + j) % 40 for j in range(size)] for k, size in enumerate((1, 1, 3, 3, 1))
+        ]
+        ys = [static.verify(c, None, None).logits.rows(list(range(len(c)))) for c in chains]
+        xs = [eager.step(c, None, None).logits.rows(list(range(len(c)))) for c in chains]
+        assert all(torch.equal(x, y) for x, y in zip(xs, ys, strict=True)), n
     for seed in range(3):
         prompt = random_prompt(seed)
         cfg = GenerationConfig(max_new_tokens=40)

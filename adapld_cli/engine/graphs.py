@@ -51,7 +51,8 @@ class _Bucket:
     ids: torch.Tensor  # [1, b] int64 token ids
     pos: torch.Tensor  # [1, b] int64 positions
     slots: torch.Tensor  # [b] int64 cache rows written
-    mask: torch.Tensor  # [1, 1, b, capacity] additive
+    rows: torch.Tensor  # [1, 1, b, capacity rounded up to 16] additive mask storage
+    mask: torch.Tensor  # [1, 1, b, capacity] a view of it, made anew for every pass
     out: torch.Tensor | None = None  # [b, H] final hidden states of the last run
     hidden: torch.Tensor | None = None  # [b, H] the hooked layer's states, or None
     graph: Any = None  # torch.cuda.CUDAGraph once captured
@@ -94,14 +95,15 @@ class StaticPasses:
     def _bucket(self, b: int) -> _Bucket:
         if b not in self._buckets:
             i64 = dict(dtype=torch.int64, device=self.device)
+            width = -(-self.capacity // 16) * 16
+            rows = torch.empty((1, 1, b, width), dtype=self.dtype, device=self.device)
             self._buckets[b] = _Bucket(
                 ids=torch.zeros((1, b), **i64),
                 pos=torch.zeros((1, b), **i64),
                 slots=torch.zeros(b, **i64),
                 # rows 16-aligned (what fused attention kernels want of a mask), cut to width
-                mask=torch.empty(
-                    (1, 1, b, -(-self.capacity // 16) * 16), dtype=self.dtype, device=self.device
-                )[..., : self.capacity],
+                rows=rows,
+                mask=rows[..., : self.capacity],
             )
         return self._buckets[b]
 
@@ -159,6 +161,10 @@ class StaticPasses:
         buf.ids.copy_(dev[0:1])
         buf.pos.copy_(dev[1:2])
         buf.slots.copy_(dev[2])
+        # a new view object of the same memory each pass: what a graph reads is unchanged, and
+        # whatever keys derived data on the mask object (the exact kernels' per-pass attention
+        # plan) sees a new mask
+        buf.mask = buf.rows[..., : self.capacity]
         mask = buf.mask[0, 0]  # [b, capacity]
         mask.fill_(torch.finfo(self.dtype).min)
         mask[:, :length] = 0

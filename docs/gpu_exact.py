@@ -109,21 +109,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--nodes", type=int, default=65)
     args = parser.parse_args(argv)
 
-    from adapld_cli.bench.tasks import load_tasks
-    from adapld_cli.edit.prompt import build_prompt, load_template
-    from adapld_cli.model import load
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from gpu_profile import case_prompt  # the same edit case prompt as the profile's
 
-    cases = Path(__file__).resolve().parents[1] / "adapld_cli" / "bench" / "edit_cases.jsonl"
-    task = load_tasks(cases, names=[args.task])[0]
-    loaded = load(args.model, device=args.device)
-    prompt = build_prompt(
-        load_template(None),
-        loaded.tokenizer,
-        code=task.before,
-        instruction=task.instruction,
-        filename=task.filename,
-        lang="python",
-    )
+    loaded, prompt = case_prompt(args.model, args.device, args.task)
     print(f"{loaded.name} on {loaded.device}, {loaded.dtype}: {args.trees} trees x {args.nodes} "
           f"nodes after {len(prompt.ids)} prompt tokens")  # fmt: skip
     for line in run(loaded.model, prompt.ids, args.trees, args.nodes):

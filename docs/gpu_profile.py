@@ -101,6 +101,26 @@ def report(result: dict[str, Any]) -> str:
     )  # fmt: skip
 
 
+def case_prompt(model: str | None, device: str, task: str) -> tuple[Any, Any]:
+    """The loaded model and the prompt ``adapld edit`` builds for the edit case ``task``."""
+    from adapld_cli.bench.tasks import load_tasks
+    from adapld_cli.edit.prompt import build_prompt, load_template
+    from adapld_cli.model import load
+
+    cases = Path(__file__).resolve().parents[1] / "adapld_cli" / "bench" / "edit_cases.jsonl"
+    case = load_tasks(cases, names=[task])[0]
+    loaded = load(model, device=device)
+    prompt = build_prompt(
+        load_template(None),
+        loaded.tokenizer,
+        code=case.before,
+        instruction=case.instruction,
+        filename=case.filename,
+        lang="python",
+    )
+    return loaded, prompt
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default=None, help="as adapld's --model (default: embedded)")
@@ -113,22 +133,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--graphs", action="store_true", help="also profile with CUDA graphs")
     args = parser.parse_args(argv)
 
-    from adapld_cli.bench.tasks import load_tasks
-    from adapld_cli.edit.prompt import build_prompt, load_template
     from adapld_cli.engine import AdaPLDSettings
-    from adapld_cli.model import load
 
-    cases = Path(__file__).resolve().parents[1] / "adapld_cli" / "bench" / "edit_cases.jsonl"
-    task = load_tasks(cases, names=[args.task])[0]
-    loaded = load(args.model, device=args.device)
-    prompt = build_prompt(
-        load_template(None),
-        loaded.tokenizer,
-        code=task.before,
-        instruction=task.instruction,
-        filename=task.filename,
-        lang="python",
-    )
+    loaded, prompt = case_prompt(args.model, args.device, args.task)
     if args.out is not None:
         args.out.mkdir(parents=True, exist_ok=True)
     texts = []

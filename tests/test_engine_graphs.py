@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import random
 from collections import Counter
+from dataclasses import replace
 
 import pytest
 import torch
@@ -17,6 +18,7 @@ from adapld_cli.engine.adapter import ModelRunner
 from adapld_cli.engine.graphs import BUCKETS, bucket
 from adapld_cli.engine.tree import DraftTree, tree_mask
 from adapld_cli.engine.types import Source
+from tests.test_engine_lossless import SETTINGS
 from tests.tiny_models import one_thread, random_prompt, tiny_model
 
 
@@ -26,16 +28,7 @@ def _single_thread():
         yield
 
 
-FULL_TREE = AdaPLDSettings(
-    graphs=True,
-    adaptive=False,
-    sim_floor=-1.0,
-    node_budget=24,
-    top_k=4,
-    prompt_topk=True,
-    pass_topk=True,
-    semantic=True,
-)
+FULL_TREE = replace(SETTINGS["full-tree"], graphs=True)  # branches and semantic drafts
 
 
 def test_buckets():

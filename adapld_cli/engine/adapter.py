@@ -272,15 +272,20 @@ class ModelRunner:
             pos = torch.arange(start, start + len(ids), device=self.device)[None]
         else:
             pos = torch.tensor([positions], device=self.device)
+        return self._forward(input_ids, pos, mask)
+
+    def _forward(self, ids: torch.Tensor, pos: torch.Tensor, mask: Any) -> torch.Tensor:
+        """The decoder over ``ids [1, n]`` at ``pos [1, n]`` with the cache: final hidden
+        states ``[n, H]`` (the hook leaves the hooked layer's in ``_captured``)."""
         self._captured = None
         out = self.base(
-            input_ids=input_ids,
+            input_ids=ids,
             position_ids=pos,
             attention_mask=mask,
             use_cache=True,
             **{self._cache_kw: self.cache},
         )
-        return out.last_hidden_state[0]  # [n, H]
+        return out.last_hidden_state[0]
 
     def logits(self, last_hidden: torch.Tensor) -> torch.Tensor:
         """LM-head logits for final hidden states ``[n, H]`` -> ``[n, vocab]``."""
@@ -357,16 +362,9 @@ class ModelRunner:
         return self.static
 
     def _static_forward(self, ids: torch.Tensor, pos: torch.Tensor, mask: torch.Tensor) -> Any:
-        self._captured = None
-        out = self.base(
-            input_ids=ids,
-            position_ids=pos,
-            attention_mask=mask,
-            use_cache=True,
-            **{self._cache_kw: self.cache},
-        )
+        last = self._forward(ids, pos, mask)
         hooked = None if self._captured is None else self._captured[0]
-        return out.last_hidden_state[0], hooked  # [b, H], [b, H] or None
+        return last, hooked  # [b, H], [b, H] or None
 
     def step(self, ids: list[int], depths: list[int] | None, mask: Any) -> PassOutput:
         """Feed ``ids`` after the cache. ``depths`` (None = a chain) give positions

@@ -83,10 +83,11 @@ def tree_mask(parents: Sequence[int], past_len: int, dtype: torch.dtype, device)
     for i, p in enumerate(parents):
         if p >= 0:
             anc[i] |= anc[p]
-    mask = torch.full((n, past_len + n), torch.finfo(dtype).min, dtype=dtype)
+    # built where it is used: only the n x n ancestor block crosses from the host
+    mask = torch.full((n, past_len + n), torch.finfo(dtype).min, dtype=dtype, device=device)
     mask[:, :past_len] = 0
-    mask[:, past_len:].masked_fill_(anc, 0)
-    return mask.to(device)[None, None]
+    mask[:, past_len:].masked_fill_(anc.to(device), 0)
+    return mask[None, None]
 
 
 def accept(tree: DraftTree, choose: Callable[[int], int]) -> tuple[list[int], int]:

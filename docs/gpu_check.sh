@@ -3,7 +3,7 @@
 # Run from the repository root once the GPU kit's calls have put its wheels and the model's
 # GGUF parts in /tmp/kit:
 #
-#   bash docs/gpu_check.sh [1|2] [CANITEDIT.jsonl]
+#   bash docs/gpu_check.sh [1|2|3] [CANITEDIT.jsonl]
 #
 # Installs the wheels, prepares the model, then runs each check of the part asked for (each
 # part fits one 10-minute device call) under its own timeout, in the order of what a session
@@ -17,9 +17,13 @@
 #                              bitwise equal / same argmax (docs/gpu_exact.py)
 #   5. profile/                torch.profiler over 50 ar steps and 20 adapld passes, and both
 #                              with CUDA graphs (docs/gpu_profile.py --graphs)
-#   part 2 (~7 minutes)
+#   part 2 (~9 minutes; CANITEDIT.jsonl needed for step 7)
 #   6. cases.json       the six edit cases, ar,hf,hf-pld,adapld: the README's GPU table
-#   7. canitedit.json   ar,adapld on CanItEdit 21-40 (when a task file is given): identity
+#   7. canitedit.json   CanItEdit 21-30, ar,hf-pld,adapld: the "5x hf-pld" target
+#   part 3 (~8 minutes; CANITEDIT.jsonl needed)
+#   8. ablations.json   CanItEdit 21-40, ar,adapld,adapld-no-semantic,adapld-no-branches:
+#                       identity over 20 tasks and what the semantic fallback and branches
+#                       pay on a GPU
 # A step that runs out of time is cut and the next one starts. Every step's exit status is in
 # $OUT/steps.txt.
 set -uo pipefail
@@ -52,12 +56,16 @@ if [ "$part" = 1 ]; then
     --methods ar,adapld,ar-graphs,adapld-graphs --json "$OUT/graphs.json" --markdown "$OUT/graphs.md"
   step exact 45 python3 docs/gpu_exact.py "${model[@]}"
   step profile 90 python3 docs/gpu_profile.py "${model[@]}" --graphs --out "$OUT/profile"
-else
+elif [ "$part" = 2 ]; then
   step cases 240 adapld bench "${model[@]}" "${cases[@]}" \
     --methods ar,hf,hf-pld,adapld --json "$OUT/cases.json" --markdown "$OUT/cases.md"
   if [ -n "$tasks" ]; then
-    step canitedit 150 adapld bench "${model[@]}" --tasks "$tasks" --offset 20 --limit 20 \
-      --methods ar,adapld --json "$OUT/canitedit.json" --markdown "$OUT/canitedit.md"
+    step canitedit 200 adapld bench "${model[@]}" --tasks "$tasks" --offset 20 --limit 10 \
+      --methods ar,hf-pld,adapld --json "$OUT/canitedit.json" --markdown "$OUT/canitedit.md"
   fi
+elif [ -n "$tasks" ]; then
+  step ablations 400 adapld bench "${model[@]}" --tasks "$tasks" --offset 20 --limit 20 \
+    --methods ar,adapld,adapld-no-semantic,adapld-no-branches \
+    --json "$OUT/ablations.json" --markdown "$OUT/ablations.md"
 fi
 exit 0

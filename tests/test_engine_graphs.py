@@ -18,7 +18,7 @@ from adapld_cli.engine.adapter import ModelRunner
 from adapld_cli.engine.graphs import BUCKETS, bucket
 from adapld_cli.engine.tree import DraftTree, tree_mask
 from adapld_cli.engine.types import Source
-from tests.test_engine_lossless import SETTINGS
+from tests.test_engine_lossless import SETTINGS, _final_caches
 from tests.tiny_models import one_thread, random_prompt, tiny_model
 
 
@@ -146,11 +146,12 @@ def test_static_pass_rows_and_cache_equal_eager(n):
 
 
 @pytest.mark.parametrize("quantized", [None, "q4"])
-def test_static_pass_bitwise_on_exact_kernels(quantized):
+def test_static_pass_bitwise_on_exact_kernels(quantized, monkeypatch):
     """On the exact kernels with the lean forward (what users run on a CPU), each query
     attends exactly its keys whatever the buffer: a static pass's rows, hooked states and
-    cache are an eager pass's bit for bit (bfloat16, dense and 4-bit), and greedy adapld
-    and ar with static passes emit plain decoding's tokens."""
+    cache are an eager pass's bit for bit (bfloat16, dense and 4-bit), also for passes of one
+    bucket in a row, and greedy adapld with static passes ends with plain decoding's tokens
+    and KV cache, bit for bit."""
     from tests.test_kernels import _packed
 
     model = _packed("qwen2", torch.bfloat16, quantized=quantized)
@@ -171,12 +172,16 @@ def test_static_pass_bitwise_on_exact_kernels(quantized):
         ys = [static.verify(c, None, None).logits.rows(list(range(len(c)))) for c in chains]
         xs = [eager.step(c, None, None).logits.rows(list(range(len(c)))) for c in chains]
         assert all(torch.equal(x, y) for x, y in zip(xs, ys, strict=True)), n
+    kept = _final_caches(monkeypatch)
     for seed in range(3):
         prompt = random_prompt(seed)
         cfg = GenerationConfig(max_new_tokens=40)
+        kept.clear()
         ref = generate(model, prompt, cfg, "ar")
         out = generate(model, prompt, cfg, "adapld", settings=AdaPLDSettings(graphs=True))
         assert out.tokens == ref.tokens and out.stats.accepted_draft_tokens > 0, seed
+        for (k0, v0), (k1, v1) in zip(*kept, strict=True):  # every layer, bit for bit
+            assert torch.equal(k0, k1) and torch.equal(v0, v1), seed
 
 
 def test_passes_that_do_not_fit_and_a_growing_cache_stay_exact(monkeypatch):

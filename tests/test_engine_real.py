@@ -11,6 +11,7 @@ import torch
 
 from adapld_cli.engine import AdaPLDSettings, GenerationConfig, generate
 from adapld_cli.model import kernels
+from tests.test_engine_lossless import _final_caches
 from tests.test_kernels import PARENTS, tree_vs_sequential
 
 pytestmark = pytest.mark.real
@@ -89,7 +90,8 @@ def test_adapld_matches_plain_decoding(embedded):
 def test_default_model_exact_on_a_long_real_prompt(monkeypatch):
     """coder-1.5b (the default) in its default dtype, after a real 760-token edit prompt (the
     colorsys docstring case): each row of a 17-node tree pass equals plain decoding bit for
-    bit, and greedy AdaPLD output equals plain greedy decoding token for token."""
+    bit, and greedy AdaPLD output equals plain greedy decoding token for token, ending with
+    the same KV cache in every layer bit for bit."""
     from adapld_cli.bench.tasks import load_tasks
     from adapld_cli.edit.prompt import build_prompt, load_template
     from adapld_cli.model import load
@@ -123,7 +125,10 @@ def test_default_model_exact_on_a_long_real_prompt(monkeypatch):
     tokens = torch.randint(0, 20000, (len(PARENTS),), generator=gen).tolist()
     assert tree_vs_sequential(model, prompt.ids, tokens, PARENTS) == (len(PARENTS), 0.0)
     config = GenerationConfig(max_new_tokens=160)
+    kept = _final_caches(monkeypatch)
     ref = generate(model, prompt.ids, config, "ar").tokens
     out = generate(model, prompt.ids, config, "adapld")
     assert out.tokens == ref
     assert out.stats.forward_passes * 2 < out.stats.new_tokens
+    for (k0, v0), (k1, v1) in zip(*kept, strict=True):  # every layer's cache, bit for bit
+        assert torch.equal(k0, k1) and torch.equal(v0, v1)

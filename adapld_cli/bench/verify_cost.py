@@ -80,8 +80,7 @@ def measure(
             ids = torch.randint(0, high, (1, n), generator=gen).to(device)
             times = [_timed_pass(model, ids, cache, cache_kw) for _ in range(repeats + 1)]
             medians[n] = statistics.median(times[1:])  # the first pass warms up
-    base = medians[sizes[0]]
-    return [CostPoint(n, medians[n] * 1e3, medians[n] / base if base > 0 else 0.0) for n in sizes]
+    return _points(medians, sizes)
 
 
 def _static_curve(
@@ -113,6 +112,11 @@ def _static_curve(
             medians[n] = statistics.median(times[1:])
     finally:
         runner.close()
+    return _points(medians, sizes)
+
+
+def _points(medians: dict[int, float], sizes: tuple[int, ...]) -> list[CostPoint]:
+    """Median seconds per size as points: milliseconds and the ratio to the first size."""
     base = medians[sizes[0]]
     return [CostPoint(n, medians[n] * 1e3, medians[n] / base if base > 0 else 0.0) for n in sizes]
 

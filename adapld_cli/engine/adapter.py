@@ -257,8 +257,7 @@ class ModelRunner:
         if self._hook is not None:
             self._hook.remove()
             self._hook = None
-        if self._workspace is not None:
-            self._workspace.static = self.static
+        if self._workspace is not None:  # free for the model's next generation
             self._workspace.busy = False
             self._workspace = None
 

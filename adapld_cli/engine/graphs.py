@@ -37,6 +37,8 @@ from typing import Any
 
 import torch
 
+from adapld_cli.engine.tree import ancestors
+
 # pass sizes: a root plus 0, 1, 2, 4, ..., 128 draft nodes (node_budget 64 -> 65)
 BUCKETS = (1, 2, 3, 5, 9, 17, 33, 65, 129)
 
@@ -151,12 +153,7 @@ class StaticPasses:
             dtype=torch.int64,
         )  # [3, b]
         see = torch.eye(b, dtype=torch.bool)  # see[i, j]: row i sees tree row j
-        if parents is None:
-            see[:n, :n] = torch.ones((n, n), dtype=torch.bool).tril()
-        else:
-            for i, p in enumerate(parents):
-                if p >= 0:
-                    see[i] |= see[p]
+        see[:n, :n] = ancestors(parents, n)  # padding rows see only themselves
         dev = host.to(self.device)
         buf.ids.copy_(dev[0:1])
         buf.pos.copy_(dev[1:2])

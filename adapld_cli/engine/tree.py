@@ -79,15 +79,25 @@ def tree_mask(parents: Sequence[int], past_len: int, dtype: torch.dtype, device)
     A float mask, never bool: a bool 4D mask is silently wrong under eager attention.
     """
     n = len(parents)
-    anc = torch.eye(n, dtype=torch.bool)  # anc[i, j]: j is i or an ancestor of i
-    for i, p in enumerate(parents):
-        if p >= 0:
-            anc[i] |= anc[p]
     # built where it is used: only the n x n ancestor block crosses from the host
     mask = torch.full((n, past_len + n), torch.finfo(dtype).min, dtype=dtype, device=device)
     mask[:, :past_len] = 0
-    mask[:, past_len:].masked_fill_(anc.to(device), 0)
+    mask[:, past_len:].masked_fill_(ancestors(parents).to(device), 0)
     return mask[None, None]
+
+
+def ancestors(parents: Sequence[int] | None, size: int | None = None) -> torch.Tensor:
+    """``anc [size, size]`` bool on the host: ``anc[i, j]`` when node ``j`` is ``i`` or an
+    ancestor of ``i`` (``parents`` in topological order; None = a chain of ``size`` nodes).
+    Rows past ``len(parents)`` (padding up to ``size``) see only themselves."""
+    if parents is None:
+        assert size is not None
+        return torch.ones((size, size), dtype=torch.bool).tril()
+    anc = torch.eye(size or len(parents), dtype=torch.bool)
+    for i, p in enumerate(parents):
+        if p >= 0:
+            anc[i] |= anc[p]
+    return anc
 
 
 def accept(tree: DraftTree, choose: Callable[[int], int]) -> tuple[list[int], int]:

@@ -225,3 +225,25 @@ def test_weights_choice_is_explicit_and_checked(kquant_gguf, monkeypatch):
     folder = Path(load(str(kquant_gguf), device="cpu", dtype="bfloat16").path)
     with pytest.raises(ModelError, match="need a GGUF file or an embedded model"):
         load(str(folder), device="cpu", dtype="bfloat16")  # a local folder
+
+
+def test_kernels_load_once_per_process_whatever_the_home(tmp_path, monkeypatch):
+    """A second ``$ADAPLD_HOME`` in one process gets the loaded module and a copy of its
+    library (loading a second copy of the same pybind11 classes fails: "DecodeLayer is
+    already registered"); a new process finds the copy there and builds nothing."""
+    import subprocess
+    import sys
+
+    first = quant.extension()
+    monkeypatch.setenv("ADAPLD_HOME", str(tmp_path))
+    assert quant.extension() is first
+    folder, name = quant._build_dir()
+    assert (folder / f"{name}.so").is_file() and str(folder).startswith(str(tmp_path))
+    code = (
+        "from adapld_cli.model import quant\n"
+        "import torch.utils.cpp_extension as c\n"
+        "c.load = None  # building would fail\n"
+        "print(quant.extension().DecodeLayer.__name__)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.stdout.strip() == "DecodeLayer", out.stderr

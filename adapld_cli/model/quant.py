@@ -46,7 +46,10 @@ CFLAGS = [
 ACTIVATIONS = ("int8", "bfloat16")
 ENV_ACTIVATIONS = "ADAPLD_ACTIVATIONS"
 
-_EXT: dict[Path, Any] = {}  # build folder -> loaded module (one per $ADAPLD_HOME in use)
+# module name (one per source digest) -> (its library file, the module loaded from it): a
+# process loads one module per digest, whatever the $ADAPLD_HOME (a second copy of the same
+# pybind11 classes cannot be registered in one process)
+_EXT: dict[str, tuple[Path, Any]] = {}
 _FAILED: str | None = None
 
 
@@ -132,11 +135,14 @@ def _build_dir() -> tuple[Path, str]:
 
 def extension(progress: bool = False) -> Any:
     """The ``qmm`` module built in this ``$ADAPLD_HOME`` (built there first if needed, so a
-    later process finds it); raises ``RuntimeError`` (one line) where it cannot be had."""
+    later process finds it); raises ``RuntimeError`` (one line) where it cannot be had. A
+    process loads it once: a later ``$ADAPLD_HOME`` gets a copy of the library file loaded
+    (same digest, same binary) and the loaded module."""
     global _FAILED
     folder, name = _build_dir()
-    if folder in _EXT:
-        return _EXT[folder]
+    library = folder / f"{name}.so"
+    if name in _EXT and library.is_file():
+        return _EXT[name][1]
     reason = unavailable()
     if reason:
         raise RuntimeError(reason)
@@ -149,32 +155,44 @@ def extension(progress: bool = False) -> Any:
     from adapld_cli.model.progress import step
 
     folder.mkdir(parents=True, exist_ok=True)
-    library = folder / f"{name}.so"
     try:
         with FileLock(str(folder) + ".lock"), contextlib.ExitStack() as stack:
-            if library.is_file():  # built: import it (torch's loader would take its own lock)
-                _EXT[folder] = _import(library, name)
-                return _EXT[folder]
-            stack.enter_context(step(progress, "Building the 4-bit CPU kernels (one time)"))
-            # torch's build lock file left by a process killed mid-build would make load()
-            # wait forever; any build here runs under our lock, so one present now is stale
-            (folder / "lock").unlink(missing_ok=True)
-            with contextlib.redirect_stdout(io.StringIO()):
-                _EXT[folder] = load(
-                    name=name,
-                    sources=[str(SOURCE)],
-                    extra_cflags=CFLAGS,
-                    extra_ldflags=["-fopenmp"],
-                    build_directory=str(folder),
-                    verbose=False,
-                )
+            if name in _EXT:  # loaded from another home: give this one the same file
+                _copy(_EXT[name][0], library)
+            elif library.is_file():  # built: import it (torch's loader would take its own lock)
+                _EXT[name] = (library, _import(library, name))
+            else:
+                stack.enter_context(step(progress, "Building the 4-bit CPU kernels (one time)"))
+                # torch's build lock file left by a process killed mid-build would make load()
+                # wait forever; any build here runs under our lock, so one present now is stale
+                (folder / "lock").unlink(missing_ok=True)
+                with contextlib.redirect_stdout(io.StringIO()):
+                    module = load(
+                        name=name,
+                        sources=[str(SOURCE)],
+                        extra_cflags=CFLAGS,
+                        extra_ldflags=["-fopenmp"],
+                        build_directory=str(folder),
+                        verbose=False,
+                    )
+                _EXT[name] = (library, module)
     except Exception as exc:  # a compiler error is long; keep its first line
         _FAILED = (
             "building the 4-bit kernels failed: "
             + (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
         )
         raise RuntimeError(_FAILED) from exc
-    return _EXT[folder]
+    return _EXT[name][1]
+
+
+def _copy(source: Path, target: Path) -> None:
+    """Copy a built library into another home, atomically (a reader never sees half)."""
+    import os
+    import shutil
+
+    part = target.with_name(target.name + ".part")
+    shutil.copyfile(source, part)
+    os.replace(part, target)
 
 
 def _import(library: Path, name: str) -> Any:

@@ -13,15 +13,19 @@
 #   2. verify-cost-graphs.log  the same through static passes replayed as CUDA graphs
 #   3. graphs.json             the six edit cases, ar,adapld,ar-graphs,adapld-graphs: whether
 #                              graphs are exact (= ar) and what they gain, first task included
-#   4. exact.log               4 trees of 65 nodes vs single steps, eager and static: rows
-#                              bitwise equal / same argmax (docs/gpu_exact.py)
-#   5. profile/                torch.profiler over 50 ar steps and 20 adapld passes, and both
-#                              with CUDA graphs (docs/gpu_profile.py --graphs)
+#   4. uniform.json            the six edit cases, ar,adapld, every pass of both at one shape
+#                              (--set uniform=true): = ar here is exact by shape, whatever
+#                              cuBLAS picks; the speed it keeps
+#   5. exact.log               4 trees of 65 nodes vs single steps, eager, static and uniform:
+#                              rows bitwise equal (chain / branches) / same argmax
+#                              (docs/gpu_exact.py)
 #   part 2 (~9 minutes; CANITEDIT.jsonl needed for step 7)
 #   6. cases.json       the six edit cases, ar,hf,hf-pld,adapld: the README's GPU table
 #   7. canitedit.json   CanItEdit 21-30, ar,hf-pld,adapld: the "5x hf-pld" target
+#   8. profile/         torch.profiler over 50 ar steps and 20 adapld passes, and both with
+#                       CUDA graphs (docs/gpu_profile.py --graphs)
 #   part 3 (~8 minutes; CANITEDIT.jsonl needed)
-#   8. ablations.json   CanItEdit 21-40, ar,adapld,adapld-no-semantic,adapld-no-branches:
+#   9. ablations.json   CanItEdit 21-40, ar,adapld,adapld-no-semantic,adapld-no-branches:
 #                       identity over 20 tasks and what the semantic fallback and branches
 #                       pay on a GPU
 # A step that runs out of time is cut and the next one starts. Every step's exit status is in
@@ -54,8 +58,9 @@ if [ "$part" = 1 ]; then
   step verify-cost-graphs 60 adapld bench "${model[@]}" --verify-cost --set graphs=true
   step graphs 180 adapld bench "${model[@]}" "${cases[@]}" \
     --methods ar,adapld,ar-graphs,adapld-graphs --json "$OUT/graphs.json" --markdown "$OUT/graphs.md"
-  step exact 45 python3 docs/gpu_exact.py "${model[@]}"
-  step profile 90 python3 docs/gpu_profile.py "${model[@]}" --graphs --out "$OUT/profile"
+  step uniform 100 adapld bench "${model[@]}" "${cases[@]}" --set uniform=true \
+    --methods ar,adapld --json "$OUT/uniform.json" --markdown "$OUT/uniform.md"
+  step exact 60 python3 docs/gpu_exact.py "${model[@]}"
 elif [ "$part" = 2 ]; then
   step cases 240 adapld bench "${model[@]}" "${cases[@]}" \
     --methods ar,hf,hf-pld,adapld --json "$OUT/cases.json" --markdown "$OUT/cases.md"
@@ -63,6 +68,7 @@ elif [ "$part" = 2 ]; then
     step canitedit 200 adapld bench "${model[@]}" --tasks "$tasks" --offset 20 --limit 10 \
       --methods ar,hf-pld,adapld --json "$OUT/canitedit.json" --markdown "$OUT/canitedit.md"
   fi
+  step profile 90 python3 docs/gpu_profile.py "${model[@]}" --graphs --out "$OUT/profile"
 elif [ -n "$tasks" ]; then
   step ablations 400 adapld bench "${model[@]}" --tasks "$tasks" --offset 20 --limit 20 \
     --methods ar,adapld,adapld-no-semantic,adapld-no-branches \

@@ -7,10 +7,13 @@ kernels a padded or an n-row pass gets::
 For each of ``--trees`` random draft trees (depth-first, as the drafter builds them: a copied
 chain with branches hung under it) after a prompt of an edit case, one verify pass over the
 whole tree is compared with plain decoding of every node's root path, one token a pass (the
-cache rolled back to each branch point), both eagerly and with static passes (CUDA graphs on a
-GPU). Printed per mode: rows whose logits are bitwise equal, rows whose argmax agrees, and the
-largest difference. Greedy AdaPLD is exactly plain decoding iff every argmax agrees (and
-where logits are bitwise equal it cannot differ). The same script runs on a CPU
+cache rolled back to each branch point), in three modes: eagerly, with static passes (CUDA
+graphs on a GPU) and with uniform static passes (every pass, the single steps too, at one
+shape: ``AdaPLDSettings.uniform``). Printed per mode: rows whose logits are bitwise equal
+(split into the tree's first-child chain, where a node's keys lie where plain decoding puts
+them, and branch nodes, which lie further on), rows whose argmax agrees, and the largest
+difference. Greedy AdaPLD is exactly plain decoding iff every argmax agrees (and where
+logits are bitwise equal it cannot differ). The same script runs on a CPU
 (``tests/test_docs_scripts.py`` runs it on a tiny model).
 """
 
@@ -41,17 +44,28 @@ def dfs_parents(n: int, seed: int, chain: int = 40) -> list[int]:
     return [-1 if parents[old] < 0 else new[parents[old]] for old in order]
 
 
+MODES = ("eager", "static (graphs)", "uniform")
+
+
 def compare(
-    model: Any, prefix: list[int], tokens: list[int], parents: list[int], static: bool
-) -> tuple[int, int, float]:
-    """One tree pass over ``tokens`` after ``prefix`` vs each node from plain single steps:
-    ``(rows bitwise equal, rows with the same argmax, max |logit difference|)``."""
+    model: Any, prefix: list[int], tokens: list[int], parents: list[int], mode: str
+) -> tuple[list[bool], int, float]:
+    """One tree pass over ``tokens`` after ``prefix`` vs each node from plain single steps,
+    both run in ``mode`` (:data:`MODES`): ``(per row: bitwise equal, rows with the same
+    argmax, max |logit difference|)``."""
     import torch
 
     from adapld_cli.engine.adapter import ModelRunner
+    from adapld_cli.engine.graphs import BUCKETS, uniform_shape
 
+    shapes = (uniform_shape(len(tokens) - 1),) if mode == "uniform" else BUCKETS
     runner = ModelRunner(
-        model, hidden_layer=None, want_hidden=False, capacity=len(prefix) + 256, static=static
+        model,
+        hidden_layer=None,
+        want_hidden=False,
+        capacity=len(prefix) + 256,
+        static=mode != "eager",
+        shapes=shapes,
     )
     try:
         runner.prefill(prefix, 0)
@@ -64,7 +78,8 @@ def compare(
             batch = batch.float().cpu()
         runner.keep(past, [])
         fed: list[int] = []
-        equal = same = 0
+        equal: list[bool] = []
+        same = 0
         worst = 0.0
         for i, tok in enumerate(tokens):
             while fed and fed[-1] != parents[i]:
@@ -72,7 +87,7 @@ def compare(
             runner.keep(past, list(range(len(fed))))
             row = runner.verify([tok], None, None).logits.row(0).float().cpu()
             fed.append(i)
-            equal += int(torch.equal(row, batch[i]))
+            equal.append(torch.equal(row, batch[i]))
             same += int(row.argmax() == batch[i].argmax())
             worst = max(worst, (row - batch[i]).abs().max().item())
         return equal, same, worst
@@ -80,22 +95,30 @@ def compare(
         runner.close()
 
 
-def run(model: Any, prefix: list[int], trees: int, nodes: int) -> list[str]:
-    """The report lines for ``trees`` random trees of ``nodes`` nodes, eager and static."""
+def run(model: Any, prefix: list[int], trees: int, nodes: int, chain: int = 40) -> list[str]:
+    """The report lines for ``trees`` random trees of ``nodes`` nodes (a ``chain``-node
+    copied chain first, :func:`dfs_parents`), one per mode."""
     vocab = min(model.config.vocab_size, 20000)
     lines = []
-    for static in (False, True):
-        equal = same = total = 0
+    for mode in MODES:
+        on = [0, 0]  # [bitwise equal, rows] on the first-child chain
+        off = [0, 0]  # ... off it
+        same = total = 0
         worst = 0.0
         for seed in range(trees):
             rng = random.Random(seed)
             tokens = [rng.randrange(vocab) for _ in range(nodes)]
-            e, s, w = compare(model, prefix, tokens, dfs_parents(nodes, seed), static)
-            equal, same, total, worst = equal + e, same + s, total + nodes, max(worst, w)
-        mode = "static (graphs)" if static else "eager"
+            parents = dfs_parents(nodes, seed, chain)
+            equal, s, w = compare(model, prefix, tokens, parents, mode)
+            for i, eq in enumerate(equal):
+                tally = on if all(parents[j] == j - 1 for j in range(1, i + 1)) else off
+                tally[0] += int(eq)
+                tally[1] += 1
+            same, total, worst = same + s, total + nodes, max(worst, w)
         lines.append(
-            f"{mode}: {equal}/{total} rows bitwise equal, {same}/{total} same argmax, "
-            f"max |diff| {worst:.3g}"
+            f"{mode}: {on[0] + off[0]}/{total} rows bitwise equal (chain "
+            f"{on[0]}/{on[1]}, branches {off[0]}/{off[1]}), {same}/{total} same "
+            f"argmax, max |diff| {worst:.3g}"
         )
     return lines
 

@@ -237,13 +237,16 @@ def test_parse_methods():
 
 def test_ablations_and_variants_settings():
     from adapld_cli.bench.methods import settings_for
+    from adapld_cli.engine import AdaPLDSettings
 
     assert settings_for("adapld").semantic is None  # device default: CUDA only
     assert settings_for("adapld-semantic").semantic is True  # the CPU comparison
     assert settings_for("adapld-no-semantic").semantic is False
     assert settings_for("adapld-no-branches").branches is False
     assert settings_for("adapld").pass_topk is None and settings_for("adapld-pass-topk").pass_topk
-    assert settings_for("ar") is None and "adapld-semantic" in parse_methods("all")
+    assert settings_for("hf") is None and "adapld-semantic" in parse_methods("all")
+    uniform = AdaPLDSettings(uniform=True)
+    assert settings_for("ar", uniform) is uniform and settings_for("pld", uniform) is uniform
 
 
 def test_bad_input_exits_2_before_loading(tmp_path):

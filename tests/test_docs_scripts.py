@@ -50,22 +50,26 @@ def test_gpu_profile_with_graphs():
 
 def test_gpu_exact_compares_tree_rows_with_single_steps():
     """On the exact kernels every row of a 20-node tree is the single step's, bit for bit,
-    eagerly and through static passes."""
+    eagerly, through static passes and through uniform ones; the rows are told apart by
+    whether they lie on the tree's first-child chain."""
     from tests.test_kernels import _packed
 
     gpu_exact = _script("gpu_exact")
     parents = gpu_exact.dfs_parents(20, 0, chain=8)
     assert parents[0] == -1 and all(0 <= p < i for i, p in enumerate(parents) if i)
+    assert parents[:9] == list(range(-1, 8))  # the copied chain first
     with one_thread():
         model = _packed("qwen2", torch.bfloat16)
-        lines = gpu_exact.run(model, random_prompt(3), trees=2, nodes=20)
+        lines = gpu_exact.run(model, random_prompt(3), trees=2, nodes=20, chain=8)
         assert lines == [
-            "eager: 40/40 rows bitwise equal, 40/40 same argmax, max |diff| 0",
-            "static (graphs): 40/40 rows bitwise equal, 40/40 same argmax, max |diff| 0",
+            f"{mode}: 40/40 rows bitwise equal (chain 19/19, branches 21/21), 40/40 same "
+            "argmax, max |diff| 0"
+            for mode in gpu_exact.MODES
         ]
-        assert gpu_exact.compare(model, random_prompt(3), [5, 6, 7], [-1, 0, 0], True)[:2] == (
-            3, 3,
-        )  # fmt: skip
+        equal, same, _ = gpu_exact.compare(
+            model, random_prompt(3), [5, 6, 7], [-1, 0, 0], "uniform"
+        )
+        assert equal == [True] * 3 and same == 3
 
 
 def test_gpu_check_script_parses():

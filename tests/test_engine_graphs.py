@@ -15,7 +15,7 @@ import torch
 
 from adapld_cli.engine import AdaPLDSettings, GenerationConfig, adapter, generate
 from adapld_cli.engine.adapter import ModelRunner
-from adapld_cli.engine.graphs import BUCKETS, bucket
+from adapld_cli.engine.graphs import BUCKETS, bucket, uniform_shape
 from adapld_cli.engine.tree import DraftTree, tree_mask
 from adapld_cli.engine.types import Source
 from tests.test_engine_lossless import SETTINGS, _final_caches
@@ -36,6 +36,8 @@ def test_buckets():
         1, 2, 3, 5, 5, 9, 17, 33, 65, 129, 129,
     ]  # fmt: skip
     assert bucket(130) is None and tuple(sorted(BUCKETS)) == BUCKETS
+    assert [uniform_shape(b) for b in (0, 15, 16, 64, 100)] == [16, 16, 32, 80, 112]
+    assert bucket(7, (80,)) == 80 and bucket(81, (80,)) is None
 
 
 def _runs(monkeypatch) -> list[ModelRunner]:
@@ -185,9 +187,9 @@ def test_static_pass_bitwise_on_exact_kernels(quantized, monkeypatch):
 
 
 def test_passes_that_do_not_fit_and_a_growing_cache_stay_exact(monkeypatch):
-    """A pass over the largest bucket runs eagerly; a cache grown past its capacity (a pass
-    that no longer fits runs eagerly and grows it) rebuilds the static passes on the new
-    buffers; every pass's logits equal the eager runner's."""
+    """A pass over the largest bucket runs eagerly; a static pass that lacks the room grows
+    the cache first and the static passes are rebuilt on the new buffers (every pass still
+    runs static); every pass's logits equal the eager runner's."""
     monkeypatch.setattr(adapter, "WORKSPACE_ROWS", 8)  # a 24-row cache, as asked
     model = tiny_model("llama")
     rng = random.Random(0)
@@ -204,7 +206,8 @@ def test_passes_that_do_not_fit_and_a_growing_cache_stay_exact(monkeypatch):
         assert torch.equal(x, y), step
         first = first or runner.static
     assert runner.cache_len == 12 + 36 and runner.static is not first  # rebuilt after growth
-    assert runner.static is not None and 0 < runner.static_runs < 12  # 2 passes did not fit
+    assert runner.static is not None and runner.static_runs == 12
+    assert runner.cache.layers[0].capacity == 48  # 24 -> 48 (doubled)
     runs = runner.static_runs
     long = [rng.randrange(40) for _ in range(BUCKETS[-1] + 1)]
     x = runner.verify(long, None, None).logits.rows([0, len(long) - 1])
@@ -236,3 +239,111 @@ def test_the_next_generation_takes_over_the_static_cache(monkeypatch):
     a.close()
     c = ModelRunner(model, hidden_layer=None, want_hidden=True, capacity=100, static=True)
     assert c.cache is a.cache
+
+
+def _stock_bf16_model():
+    """A random Qwen2 in bfloat16 on torch's stock kernels (sdpa attention, no exact kernels),
+    wide enough that its products take other paths for other row counts."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    torch.manual_seed(0)
+    cfg = Qwen2Config(
+        hidden_size=256,
+        intermediate_size=768,
+        num_hidden_layers=3,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=2048,
+        vocab_size=1024,
+        bos_token_id=None,
+        eos_token_id=None,
+        pad_token_id=None,
+        attn_implementation="sdpa",
+    )
+    model = Qwen2ForCausalLM(cfg).to(torch.bfloat16).eval()
+    model.generation_config.eos_token_id = None
+    return model
+
+
+def _copy_prompt(seed: int, vocab: int = 1024) -> list[int]:
+    """~150-400 tokens with copied spans (random models repeat, so drafts hit)."""
+    rng = random.Random(seed)
+    base = [rng.randrange(vocab) for _ in range(rng.randrange(60, 160))]
+    out = list(base)
+    for _ in range(3):
+        a = rng.randrange(len(base))
+        out += [rng.randrange(vocab) for _ in range(3)] + base[a : a + rng.randrange(5, 40)]
+    return out + base
+
+
+def test_uniform_passes_make_stock_bf16_kernels_exact(monkeypatch):
+    """Torch's stock bfloat16 kernels are not batch-invariant (as a GPU's are not): a tree
+    pass's rows are not single steps' bits, and greedy adapld drifts from ar. With
+    ``uniform`` (every pass, ar's too, at one shape) the rows are single steps' bit for bit,
+    on the copied chain and on branches, and ar, adapld and a full tree (lexical, branch and
+    semantic drafts accepted) emit the same tokens; every pass ran at the one shape."""
+    model = _stock_bf16_model()
+    rng = random.Random(0)
+    prefix = [rng.randrange(1024) for _ in range(200)]
+    tree = _tree(rng, 40, prefix[-1])
+    shape = uniform_shape(len(tree) - 1)
+
+    def rows(shapes: tuple[int, ...] | None) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """The tree pass's logits, and each node's from single steps down its root path
+        (eager passes for ``shapes`` None)."""
+        runner = ModelRunner(
+            model,
+            hidden_layer=None,
+            want_hidden=False,
+            capacity=512,
+            static=shapes is not None,
+            shapes=shapes or BUCKETS,
+        )
+        runner.prefill(prefix[:-1], top_k=0)
+        past = runner.cache_len
+        batch = runner.verify(tree.tokens, tree.parents, tree.depths).logits
+        batch = batch.rows(list(range(len(tree))))
+        singles = []
+        for i in range(len(tree)):
+            path = []
+            j = i
+            while j >= 0:
+                path.append(j)
+                j = tree.parents[j]
+            runner.keep(past, [])
+            for node in path[::-1]:
+                row = runner.verify([tree.tokens[node]], None, None).logits.row(0)
+            singles.append(row)
+        runner.close()
+        return batch, singles
+
+    batch, singles = rows(None)
+    assert sum(torch.equal(batch[i], r) for i, r in enumerate(singles)) < len(tree)  # teeth
+    batch, singles = rows((shape,))
+    assert all(torch.equal(batch[i], r) for i, r in enumerate(singles))
+    assert any(tree.parents[i] != i - 1 for i in range(1, len(tree)))  # branches were rows
+
+    made = _runs(monkeypatch)
+    uniform = AdaPLDSettings(uniform=True)
+    full = replace(FULL_TREE, uniform=True)
+    cfg = GenerationConfig(max_new_tokens=64)
+    drift, accepted = 0, Counter()
+    for seed in range(4):
+        prompt = _copy_prompt(seed)
+        ref = generate(model, prompt, cfg, "adapld").tokens
+        drift += ref != generate(model, prompt, cfg, "ar").tokens
+        want = generate(model, prompt, cfg, "ar", settings=uniform)
+        assert made[-1].static.shapes == (80,)
+        assert made[-1].static_runs == want.stats.forward_passes
+        for settings in (uniform, full):
+            out = generate(model, prompt, cfg, "adapld", settings=settings)
+            assert out.tokens == want.tokens, seed
+            assert made[-1].static.shapes == (uniform_shape(settings.node_budget),)
+            assert made[-1].static_runs == out.stats.forward_passes
+            accepted.update(
+                lexical=out.stats.lexical_accepted,
+                branch=out.stats.branch_accepted,
+                semantic=out.stats.semantic_accepted,
+            )
+    assert drift > 0  # the teeth: without uniform passes adapld is not ar here
+    assert accepted["lexical"] > 0 and accepted["branch"] > 0 and accepted["semantic"] > 0

@@ -96,9 +96,11 @@ def must_match_ar(name: str) -> bool:
 
 
 def settings_for(name: str, base: AdaPLDSettings | None = None) -> AdaPLDSettings | None:
-    """The AdaPLD settings a method runs with (``None`` for methods without settings)."""
+    """The AdaPLD settings a method runs with (``None`` for the transformers baselines). The
+    engine's ``ar`` and ``pld`` take ``base`` too: their drafters ignore the drafting fields,
+    the passes' (``graphs``, ``uniform``) apply to them as to adapld."""
     base = base or AdaPLDSettings()
-    if name == Method.adapld.value:
+    if name in (Method.adapld.value, Method.ar.value, Method.pld.value):
         return base
     if name in ABLATIONS:
         return base.without(ABLATIONS[name])

@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from adapld_cli.engine.graphs import StaticPasses
+from adapld_cli.engine.graphs import BUCKETS, StaticPasses
 from adapld_cli.engine.prefix import PrefixCache
 from adapld_cli.engine.tree import tree_mask
 from adapld_cli.engine.types import UnsupportedModelError
@@ -71,14 +71,19 @@ class LazyLogits:
     use: the acceptance walk touches only the nodes on its path, so a draft rejected early
     does not pay the head (a quarter of a small model's compute) for the nodes after it."""
 
-    def __init__(self, runner: ModelRunner, last: torch.Tensor, block: int = 16) -> None:
-        self._runner, self._last, self._block = runner, last, block  # last: [n, H]
+    def __init__(
+        self, runner: ModelRunner, last: torch.Tensor, block: int = 16, n: int | None = None
+    ) -> None:
+        # last: [m, H], the nodes' n rows first (m > n: a static pass's padding rows, which
+        # the head computes with them so that a block's shape never depends on the pass)
+        self._runner, self._last, self._block = runner, last, block
+        self._n = last.shape[0] if n is None else n
         self._blocks: dict[int, torch.Tensor] = {}  # block index -> logits [<=block, vocab]
         self._floats: dict[int, torch.Tensor] = {}  # the same in float32 (argmax, top-K)
         self._argmax: dict[int, list[int]] = {}
 
     def __len__(self) -> int:
-        return self._last.shape[0]
+        return self._n
 
     def _get(self, b: int) -> torch.Tensor:
         if b not in self._blocks:
@@ -128,10 +133,8 @@ class _Workspace:
     busy: bool = False
 
 
-# model -> hooked layer index -> its workspace (dropped with the model)
-_WORKSPACES: weakref.WeakKeyDictionary[Any, dict[int | None, _Workspace]] = (
-    weakref.WeakKeyDictionary()
-)
+# model -> (hooked layer index, pass shapes) -> its workspace (dropped with the model)
+_WORKSPACES: weakref.WeakKeyDictionary[Any, dict[Any, _Workspace]] = weakref.WeakKeyDictionary()
 
 
 @dataclass
@@ -163,6 +166,7 @@ class ModelRunner:
         keep_final: bool = False,
         capacity: int = 1024,
         static: bool = False,
+        shapes: tuple[int, ...] = BUCKETS,
     ) -> None:
 
         config = model.config
@@ -203,6 +207,7 @@ class ModelRunner:
             self._hook = layers[idx].register_forward_hook(self._capture)
         self._hidden_idx = idx if want_hidden else None
         self._static_wanted = static  # verify passes through StaticPasses (engine/graphs.py)
+        self._shapes = shapes  # ... of these sizes
         self.static: StaticPasses | None = None  # made at the first pass (after the prefill)
         self._workspace: _Workspace | None = None
         self._counts0 = (0, 0)  # the static passes' (runs, replays) when this runner began
@@ -221,13 +226,16 @@ class ModelRunner:
 
     def _take_workspace(self, capacity: int) -> None:
         """Static passes keep their cache (and captured graphs) for the model's next
-        generation: reuse a free workspace of this model and hooked layer that holds
-        ``capacity`` rows, else make one (capacity rounded up to :data:`WORKSPACE_ROWS`)."""
+        generation: reuse a free workspace of this model, hooked layer and pass shapes of
+        ``capacity`` rows rounded up to :data:`WORKSPACE_ROWS`, else make one. The capacity
+        is the keys' width in every pass, so it is a function of this generation alone: what
+        ran before never changes the kernels' shapes (nor, where they are not
+        batch-invariant, the output)."""
         spaces = _WORKSPACES.setdefault(self.model, {})
-        key = self._hidden_idx
+        key = (self._hidden_idx, self._shapes)
+        rows = -(-capacity // WORKSPACE_ROWS) * WORKSPACE_ROWS
         ws = spaces.get(key)
-        if ws is None or ws.busy or ws.capacity < capacity:
-            rows = -(-capacity // WORKSPACE_ROWS) * WORKSPACE_ROWS
+        if ws is None or ws.busy or ws.capacity != rows:
             ws = _Workspace(self._new_cache(rows), rows)
             if key not in spaces or not spaces[key].busy:
                 spaces[key] = ws
@@ -293,11 +301,13 @@ class ModelRunner:
             logits = torch.tanh(logits / self.softcap) * self.softcap
         return logits
 
-    def _lazy(self, last: torch.Tensor) -> LazyLogits:
-        """A pass's logits on demand: in 16-row blocks on a CPU, where the LM head is a large
-        share of a pass; all rows at once on a GPU, where it is cheap and each block's argmax
-        is a host-device sync (one per pass instead)."""
-        return LazyLogits(self, last, 16 if self.device.type != "cuda" else max(1, len(last)))
+    def _lazy(self, last: torch.Tensor, n: int | None = None) -> LazyLogits:
+        """A pass's logits on demand (``last [m, H]``, its first ``n`` rows the nodes', default
+        all): in 16-row blocks on a CPU, where the LM head is a large share of a pass; all ``m``
+        rows at once on a GPU, where it is cheap and each block's argmax is a host-device sync
+        (one per pass instead)."""
+        block = 16 if self.device.type != "cuda" else max(1, len(last))
+        return LazyLogits(self, last, block, n)
 
     def _store_final(self, start: int, last: torch.Tensor) -> None:
         """Keep the final hidden states ``last [n, H]`` of positions ``start ..`` when the
@@ -326,23 +336,33 @@ class ModelRunner:
     ) -> PassOutput:
         """One verification pass over draft-tree nodes ``ids`` after the cache (``parents`` /
         ``depths`` None = a chain): a static pass (:mod:`adapld_cli.engine.graphs`; a CUDA
-        graph on a GPU) when the runner was made with ``static`` and the pass fits, else
-        :meth:`step` with the tree's mask."""
-        static = self._static_passes()
-        if static is not None and static.fits(len(ids)):
+        graph on a GPU) when the runner was made with ``static`` and one of its shapes holds
+        the pass (the cache grown first where it lacks the room), else :meth:`step` with the
+        tree's mask."""
+        n = len(ids)
+        static = self._static_passes(n)
+        if static is not None and static.fits(n):
             start = self.cache_len
             with torch.inference_mode():
-                last, hidden = static.run(ids, parents, depths)
-                self._store_final(start, last)
-            return PassOutput(logits=self._lazy(last), hidden=hidden)
+                last, hidden = static.run(ids, parents, depths)  # [b, H]: the nodes' n first
+                self._store_final(start, last[:n])
+            return PassOutput(
+                logits=self._lazy(last, n), hidden=None if hidden is None else hidden[:n]
+            )
         mask = (
             None if parents is None else tree_mask(parents, self.cache_len, self.dtype, self.device)
         )
         return self.step(ids, depths, mask)
 
-    def _static_passes(self) -> StaticPasses | None:
+    def _static_passes(self, n: int) -> StaticPasses | None:
+        """The static passes for a pass over ``n`` nodes (made at the first pass; remade
+        when the cache has grown, here first when it lacks the room for this pass)."""
         if not self._static_wanted or not self.cache_len:
             return None
+        need = None if self.static is None else self.static.rows_needed(n)
+        if need is not None and need > self.static.capacity:
+            for layer in self.cache.layers:
+                layer.reserve(need)
         if self.static is None or not self.static.valid:  # first pass, or the cache grew
             old = self.static
             with torch.inference_mode():
@@ -352,6 +372,7 @@ class ModelRunner:
                     self.device,
                     self.dtype,
                     capture=self.device.type == "cuda" and (old is None or old.capture),
+                    shapes=self._shapes,
                 )
             if old is not None:  # counts go on
                 self.static.runs, self.static.replays = old.runs, old.replays

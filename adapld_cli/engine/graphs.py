@@ -28,6 +28,16 @@ Exactness: a static pass computes each real row from the same tokens, positions 
 keys as an eager one; masked keys add exact zeros. Whether the GPU's kernels give the same
 bits for a ``b``-row and a 1-row input is what the bench's ``= ar`` check measures
 (``adapld bench --methods ar,ar-graphs,adapld-graphs``).
+
+With ``shapes`` of one size (``AdaPLDSettings.uniform``: :func:`uniform_shape`, every pass
+of every method, the LM head over all its rows) no kernel sees a pass's size: every product
+and every attention runs at one shape over the same keys' width, so a row cannot depend on
+how many rows came with it, on kernels that are not batch-invariant too. What is left is a
+node's keys' places: on the draft tree's first-child chain they are the places ``ar`` gives
+them; a branch node sits a few rows further on (its keys are the same, the masked rows
+between add zeros), which an attention kernel's reduction order could still see. On a CPU
+torch's stock bfloat16 kernels emit ``ar``'s tokens so (tests); on a GPU the bench measures
+it (``adapld bench --set uniform=true --methods ar,adapld``).
 """
 
 from __future__ import annotations
@@ -43,9 +53,16 @@ from adapld_cli.engine.tree import ancestors
 BUCKETS = (1, 2, 3, 5, 9, 17, 33, 65, 129)
 
 
-def bucket(n: int) -> int | None:
-    """The smallest bucket holding ``n`` rows, or None when ``n`` is larger than all."""
-    return next((b for b in BUCKETS if b >= n), None)
+def bucket(n: int, shapes: tuple[int, ...] = BUCKETS) -> int | None:
+    """The smallest of ``shapes`` (ascending) holding ``n`` rows, or None when ``n`` is larger
+    than all."""
+    return next((b for b in shapes if b >= n), None)
+
+
+def uniform_shape(node_budget: int) -> int:
+    """The one pass shape of ``AdaPLDSettings.uniform``: the largest pass (the root and
+    ``node_budget`` nodes) rounded up to whole 16-row blocks of the LM head."""
+    return -(-(node_budget + 1) // 16) * 16
 
 
 @dataclass
@@ -67,8 +84,17 @@ class StaticPasses:
     layers writing at the bucket's slots and returns ``(last [b, H], hooked [b, H] or None)``.
     """
 
-    def __init__(self, layers: list[Any], forward: Any, device: Any, dtype: Any, capture: bool):
+    def __init__(
+        self,
+        layers: list[Any],
+        forward: Any,
+        device: Any,
+        dtype: Any,
+        capture: bool,
+        shapes: tuple[int, ...] = BUCKETS,
+    ):
         self.layers = layers
+        self.shapes = shapes  # the pass sizes run, ascending
         self.forward = forward  # the owning runner's (reset when a runner takes it over)
         self.device, self.dtype = device, dtype
         self.capture = capture
@@ -91,8 +117,15 @@ class StaticPasses:
         return self._pointers() == self._ptrs
 
     def fits(self, n: int) -> bool:
-        b = bucket(n)
-        return b is not None and self.layers[0].get_seq_length() + b <= self.capacity
+        """Whether a pass over ``n`` nodes runs here now (a shape holds it, the cache has the
+        room; :meth:`rows_needed` says how much room)."""
+        need = self.rows_needed(n)
+        return need is not None and need <= self.capacity
+
+    def rows_needed(self, n: int) -> int | None:
+        """Cache rows a pass over ``n`` nodes writes up to, or None when no shape holds it."""
+        b = bucket(n, self.shapes)
+        return None if b is None else self.layers[0].get_seq_length() + b
 
     def _bucket(self, b: int) -> _Bucket:
         if b not in self._buckets:
@@ -113,10 +146,11 @@ class StaticPasses:
         self, ids: list[int], parents: list[int] | None, depths: list[int] | None
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """One pass over tree nodes ``ids`` (``parents`` / ``depths`` None = a chain): the
-        final hidden states ``[n, H]`` and the hooked layer's ``[n, H]`` (or None), views of
-        the bucket's outputs (valid until the next run of that bucket)."""
+        final hidden states ``[b, H]`` and the hooked layer's ``[b, H]`` (or None) of the
+        bucket's ``b`` rows, the nodes' first (views of the bucket's outputs, valid until the
+        next run of that bucket)."""
         n = len(ids)
-        b = bucket(n)
+        b = bucket(n, self.shapes)
         assert b is not None and self.fits(n) and self.valid
         length = self.layers[0].get_seq_length()
         buf = self._bucket(b)
@@ -132,7 +166,7 @@ class StaticPasses:
         for layer in self.layers:
             layer.set_length(length + n)
         assert buf.out is not None
-        return buf.out[:n], None if buf.hidden is None else buf.hidden[:n]
+        return buf.out, buf.hidden
 
     def _fill(
         self,

@@ -56,7 +56,9 @@ class GrowingLayer(DynamicLayer):
         self.keys = self._k[:, :, : self._len]
         self.values = self._v[:, :, : self._len]
 
-    def _reserve(self, length: int) -> None:
+    def reserve(self, length: int) -> None:
+        """Room for ``length`` rows: the buffers grown (at least doubled) when they are
+        shorter, the cached rows copied."""
         assert self._k is not None and self._v is not None
         if length <= self._k.shape[2]:
             return
@@ -81,7 +83,7 @@ class GrowingLayer(DynamicLayer):
             self._v.index_copy_(2, self.slots, value_states)
             return self._k, self._v
         n = key_states.shape[2]
-        self._reserve(self._len + n)
+        self.reserve(self._len + n)
         self._k[:, :, self._len : self._len + n] = key_states
         self._v[:, :, self._len : self._len + n] = value_states
         self._len += n

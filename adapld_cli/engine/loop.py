@@ -21,6 +21,7 @@ from adapld_cli.engine.context import Context
 from adapld_cli.engine.cost import CostModel
 from adapld_cli.engine.drafters import Drafter, make_drafter
 from adapld_cli.engine.drafters.reference import WithReference
+from adapld_cli.engine.graphs import BUCKETS, uniform_shape
 from adapld_cli.engine.prefix import PrefixCache
 from adapld_cli.engine.sampling import TokenChooser
 from adapld_cli.engine.settings import AdaPLDSettings
@@ -49,8 +50,9 @@ def stream(
     passes stay single-token). ``prefix``: a :class:`~adapld_cli.engine.prefix.PrefixCache`
     shared by generations one after the other (the prefill chunks a previous prompt shares
     are taken over, bit for bit; ``stats.cached_tokens`` counts them). ``settings.graphs``
-    applies to every method: verify passes run as static passes (CUDA graphs on a GPU,
-    :mod:`adapld_cli.engine.graphs`; ``stats.graph_passes`` counts the replays).
+    and ``settings.uniform`` apply to every method: verify passes run as static passes (CUDA
+    graphs on a GPU, :mod:`adapld_cli.engine.graphs`; ``stats.graph_passes`` counts the
+    replays), with ``uniform`` all of one shape.
     """
     config = config or GenerationConfig()
     if not prompt_ids:
@@ -67,10 +69,7 @@ def stream(
         hidden_layer=drafter.hidden_layer,
         want_hidden=drafter.wants_hidden,
         keep_final=drafter.wants_topk > 0,  # top-K rows on demand (ar and pld never ask)
-        # the KV cache is preallocated for the prompt, the answer and one pass's tree nodes
-        # (a budget beyond 4,096 new tokens grows it by doubling when reached)
-        capacity=len(prompt_ids) + min(config.max_new_tokens, 4096) + 128,
-        static=bool(settings and settings.graphs),
+        **_passes(len(prompt_ids), config, settings),
     )
     try:
         yield from _decode(runner, list(prompt_ids), config, drafter, stops, prefix)
@@ -105,6 +104,22 @@ def generate(
     for event in events:
         tokens.extend(event.tokens)
     return GenerationResult(tokens=tokens, stats=event.stats, stop_reason=event.stop_reason)
+
+
+def _passes(
+    prompt_len: int, config: GenerationConfig, settings: AdaPLDSettings | None
+) -> dict[str, Any]:
+    """The runner's pass arguments: its cache capacity (the prompt, the answer and one pass's
+    nodes; a budget beyond 4,096 new tokens grows it by doubling when reached, except with
+    ``uniform``, which preallocates it all) and its static passes' shapes."""
+    uniform = bool(settings and settings.uniform)
+    shapes = (uniform_shape(settings.node_budget),) if settings and uniform else BUCKETS
+    answer = config.max_new_tokens if uniform else min(config.max_new_tokens, 4096)
+    return {
+        "capacity": prompt_len + answer + max(128, shapes[-1]),
+        "static": bool(settings and (settings.graphs or uniform)),
+        "shapes": shapes,
+    }
 
 
 def _decode(

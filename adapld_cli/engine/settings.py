@@ -52,6 +52,16 @@ class AdaPLDSettings:
             (:mod:`adapld_cli.engine.graphs`); applies to every method, ``ar`` included. Off
             until measured on a GPU (the bench's ``ar-graphs`` / ``adapld-graphs``); on a CPU
             the passes run eagerly, only slower (the tests use that).
+        uniform: every pass at one static shape, the largest pass's (``node_budget + 1``
+            rows rounded up to 16; :func:`adapld_cli.engine.graphs.uniform_shape`), ``ar``'s
+            single-token steps and the LM head included; implies ``graphs``. No kernel then
+            sees a pass's size, so where the kernels are not batch-invariant (a GPU's: cuBLAS
+            picks kernels by shape) every method still emits what ``ar`` emits run the same
+            way; on a CPU torch's stock kernels in bfloat16 become exact so (tests). It costs
+            what a full pass costs each step: nothing much where a pass's cost is flat in its
+            size (a GPU), too much on a CPU (which has exact kernels). The KV cache is then
+            preallocated for all of ``max_new_tokens`` (its width is a shape the kernels
+            see; growing it mid-answer would change it at a different step for each method).
         branches / cursor / rerank / adaptive: ablation switches (like ``semantic=False``).
             With ``adaptive=False`` the drafter always drafts ``max_draft_len`` and the full
             tree.
@@ -73,6 +83,7 @@ class AdaPLDSettings:
     topk_lookup: bool | None = None
     semantic: bool | None = None
     graphs: bool = False
+    uniform: bool = False
     branches: bool = True
     cursor: bool = True
     rerank: bool = True

@@ -218,7 +218,7 @@ def test_passes_that_do_not_fit_and_a_growing_cache_stay_exact(monkeypatch):
 def test_the_next_generation_takes_over_the_static_cache(monkeypatch):
     """Generations one after the other on a model share one static cache and its static
     passes (so captured graphs replay again); runners alive at once get their own; every
-    output is plain decoding's."""
+    output is plain decoding's; a generation of another rounded capacity gets its own."""
     model = tiny_model("qwen2")
     made = _runs(monkeypatch)
     settings = AdaPLDSettings(graphs=True)
@@ -239,29 +239,20 @@ def test_the_next_generation_takes_over_the_static_cache(monkeypatch):
     a.close()
     c = ModelRunner(model, hidden_layer=None, want_hidden=True, capacity=100, static=True)
     assert c.cache is a.cache
+    c.close()
+    # a workspace serves only generations of its own rounded capacity (the keys' width every
+    # pass sees): what ran before never changes a pass's shapes
+    d = ModelRunner(model, hidden_layer=None, want_hidden=True, capacity=1500, static=True)
+    assert d.cache is not a.cache and d._workspace.capacity == 2 * adapter.WORKSPACE_ROWS
 
 
 def _stock_bf16_model():
     """A random Qwen2 in bfloat16 on torch's stock kernels (sdpa attention, no exact kernels),
     wide enough that its products take other paths for other row counts."""
-    from transformers import Qwen2Config, Qwen2ForCausalLM
-
-    torch.manual_seed(0)
-    cfg = Qwen2Config(
-        hidden_size=256,
-        intermediate_size=768,
-        num_hidden_layers=3,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=2048,
-        vocab_size=1024,
-        bos_token_id=None,
-        eos_token_id=None,
-        pad_token_id=None,
-        attn_implementation="sdpa",
+    model = tiny_model(
+        "qwen2", dtype="bfloat16", hidden=256, intermediate=768, vocab=1024, positions=2048
     )
-    model = Qwen2ForCausalLM(cfg).to(torch.bfloat16).eval()
-    model.generation_config.eos_token_id = None
+    assert model.config._attn_implementation == "sdpa"
     return model
 
 

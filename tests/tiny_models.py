@@ -26,7 +26,15 @@ def one_thread():
     return ctx()
 
 
-def tiny_model(arch: str, seed: int = 0, dtype: str = "float64"):
+def tiny_model(
+    arch: str,
+    seed: int = 0,
+    dtype: str = "float64",
+    hidden: int = 32,
+    intermediate: int = 64,
+    vocab: int | None = None,
+    positions: int = 1024,
+):
     import torch
     from transformers import (
         GPT2Config,
@@ -38,21 +46,23 @@ def tiny_model(arch: str, seed: int = 0, dtype: str = "float64"):
     )
 
     torch.manual_seed(seed)
-    common = dict(vocab_size=VOCAB, bos_token_id=None, eos_token_id=None, pad_token_id=None)
+    common = dict(
+        vocab_size=vocab or VOCAB, bos_token_id=None, eos_token_id=None, pad_token_id=None
+    )
     if arch == "gpt2":
-        cfg = GPT2Config(n_embd=32, n_layer=2, n_head=4, n_positions=1024, **common)
+        cfg = GPT2Config(n_embd=hidden, n_layer=2, n_head=4, n_positions=positions, **common)
         model = GPT2LMHeadModel(cfg)
     else:
         cls_cfg, cls = (
             (Qwen2Config, Qwen2ForCausalLM) if arch == "qwen2" else (LlamaConfig, LlamaForCausalLM)
         )
         cfg = cls_cfg(
-            hidden_size=32,
-            intermediate_size=64,
+            hidden_size=hidden,
+            intermediate_size=intermediate,
             num_hidden_layers=3,
             num_attention_heads=4,
             num_key_value_heads=2,
-            max_position_embeddings=1024,
+            max_position_embeddings=positions,
             **common,
         )
         model = cls(cfg)

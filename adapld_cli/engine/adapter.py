@@ -30,8 +30,11 @@ PREFILL_CHUNK = 256
 
 
 # Static-pass caches are made for a multiple of this many rows, so that the next generations
-# on the model fit the same cache (and replay the graphs captured for it).
+# on the model fit the same cache (and replay the graphs captured for it): on a GPU a step
+# that takes every edit up to ~4k tokens and the bench's short warm-up into one workspace
+# (masked keys are nearly free there), on a CPU (tests only) a smaller one.
 WORKSPACE_ROWS = 1024
+GPU_WORKSPACE_ROWS = 4096
 
 # Vocabulary entries per block of :func:`topk_ids`' first pass (a row's maximum per block).
 TOPK_BLOCK = 128
@@ -227,13 +230,15 @@ class ModelRunner:
     def _take_workspace(self, capacity: int) -> None:
         """Static passes keep their cache (and captured graphs) for the model's next
         generation: reuse a free workspace of this model, hooked layer and pass shapes of
-        ``capacity`` rows rounded up to :data:`WORKSPACE_ROWS`, else make one. The capacity
+        ``capacity`` rows rounded up to :data:`WORKSPACE_ROWS` (:data:`GPU_WORKSPACE_ROWS` on
+        CUDA), else make one. The capacity
         is the keys' width in every pass, so it is a function of this generation alone: what
         ran before never changes the kernels' shapes (nor, where they are not
         batch-invariant, the output)."""
         spaces = _WORKSPACES.setdefault(self.model, {})
         key = (self._hidden_idx, self._shapes)
-        rows = -(-capacity // WORKSPACE_ROWS) * WORKSPACE_ROWS
+        step = GPU_WORKSPACE_ROWS if self.device.type == "cuda" else WORKSPACE_ROWS
+        rows = -(-capacity // step) * step
         ws = spaces.get(key)
         if ws is None or ws.busy or ws.capacity != rows:
             ws = _Workspace(self._new_cache(rows), rows)

@@ -7,9 +7,10 @@ kernels a padded or an n-row pass gets::
 For each of ``--trees`` random draft trees (depth-first, as the drafter builds them: a copied
 chain with branches hung under it) after a prompt of an edit case, one verify pass over the
 whole tree is compared with plain decoding of every node's root path, one token a pass (the
-cache rolled back to each branch point), in three modes: eagerly, with static passes (CUDA
-graphs on a GPU) and with uniform static passes (every pass, the single steps too, at one
-shape: ``AdaPLDSettings.uniform``). Printed per mode: rows whose logits are bitwise equal
+cache rolled back to each branch point), in four modes: eagerly, with static passes (CUDA
+graphs on a GPU), with uniform static passes (every pass, the single steps too, at one
+shape: ``AdaPLDSettings.uniform``) and with uniform passes whose rows attend their own key
+planes (``AdaPLDSettings.planes``). Printed per mode: rows whose logits are bitwise equal
 (split into the tree's first-child chain, where a node's keys lie where plain decoding puts
 them, and branch nodes, which lie further on), rows whose argmax agrees, and the largest
 difference. Greedy AdaPLD is exactly plain decoding iff every argmax agrees (and where
@@ -44,7 +45,7 @@ def dfs_parents(n: int, seed: int, chain: int = 40) -> list[int]:
     return [-1 if parents[old] < 0 else new[parents[old]] for old in order]
 
 
-MODES = ("eager", "static (graphs)", "uniform")
+MODES = ("eager", "static (graphs)", "uniform", "uniform planes")
 
 
 def compare(
@@ -58,7 +59,8 @@ def compare(
     from adapld_cli.engine.adapter import ModelRunner
     from adapld_cli.engine.graphs import BUCKETS, uniform_shape
 
-    shapes = (uniform_shape(len(tokens) - 1),) if mode == "uniform" else BUCKETS
+    uniform = mode.startswith("uniform")
+    shapes = (uniform_shape(len(tokens) - 1),) if uniform else BUCKETS
     runner = ModelRunner(
         model,
         hidden_layer=None,
@@ -66,6 +68,7 @@ def compare(
         capacity=len(prefix) + 256,
         static=mode != "eager",
         shapes=shapes,
+        planes=mode == "uniform planes",
     )
     try:
         runner.prefill(prefix, 0)

@@ -267,6 +267,32 @@ def _copy_prompt(seed: int, vocab: int = 1024) -> list[int]:
     return out + base
 
 
+def _tree_rows(model, prefix: list[int], tree: DraftTree, **passes) -> list[bool]:
+    """Per node: are the tree pass's logits bitwise those of single steps down its root path,
+    both through one runner after ``prefix[:-1]`` (``passes``: the runner's static, shapes and
+    planes arguments; none = eager passes)?"""
+    runner = ModelRunner(
+        model, hidden_layer=None, want_hidden=False, capacity=len(prefix) + 256,
+        static=bool(passes), **passes,
+    )  # fmt: skip
+    runner.prefill(prefix[:-1], top_k=0)
+    past = runner.cache_len
+    batch = runner.verify(tree.tokens, tree.parents, tree.depths).logits
+    batch = batch.rows(list(range(len(tree))))
+    same = []
+    for i in range(len(tree)):
+        path, j = [], i
+        while j >= 0:
+            path.append(j)
+            j = tree.parents[j]
+        runner.keep(past, [])
+        for node in path[::-1]:
+            row = runner.verify([tree.tokens[node]], None, None).logits.row(0)
+        same.append(torch.equal(row, batch[i]))
+    runner.close()
+    return same
+
+
 def test_uniform_passes_make_stock_bf16_kernels_exact(monkeypatch):
     """Torch's stock bfloat16 kernels are not batch-invariant (as a GPU's are not): a tree
     pass's rows are not single steps' bits, and greedy adapld drifts from ar. With
@@ -279,39 +305,8 @@ def test_uniform_passes_make_stock_bf16_kernels_exact(monkeypatch):
     tree = _tree(rng, 40, prefix[-1])
     shape = uniform_shape(len(tree) - 1)
 
-    def rows(shapes: tuple[int, ...] | None) -> tuple[torch.Tensor, list[torch.Tensor]]:
-        """The tree pass's logits, and each node's from single steps down its root path
-        (eager passes for ``shapes`` None)."""
-        runner = ModelRunner(
-            model,
-            hidden_layer=None,
-            want_hidden=False,
-            capacity=512,
-            static=shapes is not None,
-            shapes=shapes or BUCKETS,
-        )
-        runner.prefill(prefix[:-1], top_k=0)
-        past = runner.cache_len
-        batch = runner.verify(tree.tokens, tree.parents, tree.depths).logits
-        batch = batch.rows(list(range(len(tree))))
-        singles = []
-        for i in range(len(tree)):
-            path = []
-            j = i
-            while j >= 0:
-                path.append(j)
-                j = tree.parents[j]
-            runner.keep(past, [])
-            for node in path[::-1]:
-                row = runner.verify([tree.tokens[node]], None, None).logits.row(0)
-            singles.append(row)
-        runner.close()
-        return batch, singles
-
-    batch, singles = rows(None)
-    assert sum(torch.equal(batch[i], r) for i, r in enumerate(singles)) < len(tree)  # teeth
-    batch, singles = rows((shape,))
-    assert all(torch.equal(batch[i], r) for i, r in enumerate(singles))
+    assert sum(_tree_rows(model, prefix, tree)) < len(tree)  # teeth: eager rows differ
+    assert all(_tree_rows(model, prefix, tree, shapes=(shape,)))
     assert any(tree.parents[i] != i - 1 for i in range(1, len(tree)))  # branches were rows
 
     made = _runs(monkeypatch)
@@ -338,3 +333,36 @@ def test_uniform_passes_make_stock_bf16_kernels_exact(monkeypatch):
             )
     assert drift > 0  # the teeth: without uniform passes adapld is not ar here
     assert accepted["lexical"] > 0 and accepted["branch"] > 0 and accepted["semantic"] > 0
+
+
+def test_key_planes_make_branch_rows_exact():
+    """Uniform passes alone leave a branch node's keys a few rows further on than plain
+    decoding puts them, and torch's stock float32 attention rounds by place: branch rows
+    differ (the chain's do not). With key planes each row attends its keys in plain
+    decoding's places and every row is the single step's, bit for bit (here: the real model
+    on these kernels still differs, the attention kernel's batch items not being independent
+    of each other; docs/design.md). Greedy ar and adapld with planes agree."""
+    from tests.test_kernels import dfs_tree
+
+    model = tiny_model(
+        "qwen2", dtype="float32", hidden=256, intermediate=768, vocab=1024, positions=2048
+    )
+    rng = random.Random(0)
+    prefix = [rng.randrange(1024) for _ in range(834)]
+    tree = DraftTree.root(prefix[-1])
+    for parent in dfs_tree(40, 0, chain=12)[1:]:
+        tree.add(rng.randrange(1024), parent, Source.LEXICAL)
+    chain = [all(tree.parents[j] == j - 1 for j in range(1, i + 1)) for i in range(len(tree))]
+    shapes = (uniform_shape(len(tree) - 1),)
+    plain = _tree_rows(model, prefix, tree, shapes=shapes)
+    assert all(s for s, c in zip(plain, chain, strict=True) if c)
+    assert not all(plain)  # teeth: some branch row differs without planes
+    assert all(_tree_rows(model, prefix, tree, shapes=shapes, planes=True))
+
+    settings = replace(FULL_TREE, uniform=True, planes=True)
+    for seed in range(2):
+        prompt = _copy_prompt(seed)
+        cfg = GenerationConfig(max_new_tokens=48)
+        want = generate(model, prompt, cfg, "ar", settings=settings).tokens
+        out = generate(model, prompt, cfg, "adapld", settings=settings)
+        assert out.tokens == want and out.stats.accepted_draft_tokens > 0, seed

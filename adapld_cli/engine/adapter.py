@@ -170,6 +170,7 @@ class ModelRunner:
         capacity: int = 1024,
         static: bool = False,
         shapes: tuple[int, ...] = BUCKETS,
+        planes: bool = False,
     ) -> None:
 
         config = model.config
@@ -211,6 +212,7 @@ class ModelRunner:
         self._hidden_idx = idx if want_hidden else None
         self._static_wanted = static  # verify passes through StaticPasses (engine/graphs.py)
         self._shapes = shapes  # ... of these sizes
+        self._planes = planes  # ... with key planes (graphs.planes_attention)
         self.static: StaticPasses | None = None  # made at the first pass (after the prefill)
         self._workspace: _Workspace | None = None
         self._counts0 = (0, 0)  # the static passes' (runs, replays) when this runner began
@@ -236,7 +238,7 @@ class ModelRunner:
         ran before never changes the kernels' shapes (nor, where they are not
         batch-invariant, the output)."""
         spaces = _WORKSPACES.setdefault(self.model, {})
-        key = (self._hidden_idx, self._shapes)
+        key = (self._hidden_idx, self._shapes, self._planes)
         step = GPU_WORKSPACE_ROWS if self.device.type == "cuda" else WORKSPACE_ROWS
         rows = -(-capacity // step) * step
         ws = spaces.get(key)
@@ -378,6 +380,7 @@ class ModelRunner:
                     self.dtype,
                     capture=self.device.type == "cuda" and (old is None or old.capture),
                     shapes=self._shapes,
+                    planes=self.model.config if self._planes else None,
                 )
             if old is not None:  # counts go on
                 self.static.runs, self.static.replays = old.runs, old.replays

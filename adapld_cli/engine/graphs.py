@@ -29,19 +29,21 @@ keys as an eager one; masked keys add exact zeros. Whether the GPU's kernels giv
 bits for a ``b``-row and a 1-row input is what the bench's ``= ar`` check measures
 (``adapld bench --methods ar,ar-graphs,adapld-graphs``).
 
-With ``shapes`` of one size (``AdaPLDSettings.uniform``: :func:`uniform_shape`, every pass
-of every method, the LM head over all its rows) no kernel sees a pass's size: every product
-and every attention runs at one shape over the same keys' width, so a row cannot depend on
-how many rows came with it, on kernels that are not batch-invariant too. What is left is a
-node's keys' places: on the draft tree's first-child chain they are the places ``ar`` gives
-them; a branch node sits a few rows further on (its keys are the same, the masked rows
-between add zeros), which an attention kernel's reduction order could still see. On a CPU
-torch's stock bfloat16 kernels emit ``ar``'s tokens so (tests); on a GPU the bench measures
-it (``adapld bench --set uniform=true --methods ar,adapld``).
+With ``shapes`` of one size and ``planes`` (``AdaPLDSettings.uniform``: :func:`uniform_shape`,
+every pass of every method, the LM head over all its rows) no kernel sees a pass's size:
+every product runs at one shape, so a row cannot depend on how many rows came with it, on
+kernels that are not batch-invariant too. Attention would still see a node's place: on the
+draft tree's first-child chain its keys lie where ``ar`` puts them, but a branch node sits a
+few rows further on, and an attention kernel's reduction order sees that (torch's stock
+float32 kernels on the real model: chain rows bitwise equal, branch rows not). So with
+``planes`` each row attends its own key plane (:func:`planes_attention`): the keys gathered
+in the order plain decoding has them, one batch item per row, at one shape. The bench
+measures it on a GPU (``adapld bench --set uniform=true --methods ar,adapld``).
 """
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 from typing import Any
 
@@ -75,6 +77,55 @@ class _Bucket:
     out: torch.Tensor | None = None  # [b, H] final hidden states of the last run
     hidden: torch.Tensor | None = None  # [b, H] the hooked layer's states, or None
     graph: Any = None  # torch.cuda.CUDAGraph once captured
+    gather: torch.Tensor | None = None  # [b, capacity] int64: with planes, row i's key order
+    seen: torch.Tensor | None = None  # [b, 1, 1, capacity] additive mask over those keys
+
+
+# key planes: a pass's mask storage (data pointer) -> its bucket, while the bucket lives
+_PLANES: weakref.WeakValueDictionary[int, _Bucket] = weakref.WeakValueDictionary()
+PLANES = "adapld_planes"  # the attention's name in transformers' AttentionInterface
+
+
+def planes_attention(
+    module: Any,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    dropout: float = 0.0,
+    scaling: float | None = None,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, None]:
+    """Attention of a static pass with key planes: each of the ``b`` query rows attends its
+    own copy of the keys, laid out as plain decoding lays them out for that token (the cached
+    prefix, then its ancestors in depth order, then itself; nothing else visible), one batch
+    item per row. A row's attention is then the very computation of a single-token step at
+    its position, whatever the kernel's reduction order, so a branch node's rows are exact
+    too. Shapes as transformers' attention interface: ``query [1, H, b, d]``, ``key`` /
+    ``value`` ``[1, KV, capacity, d]`` (the whole static cache), output ``[1, b, H, d]``.
+    Passes whose mask is not a key-planes pass's go to transformers' sdpa attention."""
+    buf = None if attention_mask is None else _PLANES.get(attention_mask.data_ptr())
+    if buf is None or buf.gather is None or query.shape[0] != 1:
+        from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+        return sdpa_attention_forward(
+            module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs
+        )
+    q = query[0].transpose(0, 1).unsqueeze(2)  # [b, H, 1, d]
+    k = key[0].transpose(0, 1)[buf.gather].transpose(1, 2)  # [b, KV, capacity, d]
+    v = value[0].transpose(0, 1)[buf.gather].transpose(1, 2)
+    out = torch.nn.functional.scaled_dot_product_attention(
+        q, k, v, attn_mask=buf.seen, scale=scaling, enable_gqa=k.shape[1] != q.shape[1]
+    )  # [b, H, 1, d]
+    return out.squeeze(2).unsqueeze(0), None
+
+
+def _register_planes() -> None:
+    from transformers import AttentionInterface
+    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
+
+    AttentionInterface.register(PLANES, planes_attention)
+    ALL_MASK_ATTENTION_FUNCTIONS.register(PLANES, sdpa_mask)
 
 
 class StaticPasses:
@@ -92,9 +143,14 @@ class StaticPasses:
         dtype: Any,
         capture: bool,
         shapes: tuple[int, ...] = BUCKETS,
+        planes: Any = None,
     ):
         self.layers = layers
         self.shapes = shapes  # the pass sizes run, ascending
+        # the model config whose attention runs as planes_attention in these passes, or None
+        self.planes = planes
+        if planes is not None:
+            _register_planes()
         self.forward = forward  # the owning runner's (reset when a runner takes it over)
         self.device, self.dtype = device, dtype
         self.capture = capture
@@ -140,6 +196,13 @@ class StaticPasses:
                 rows=rows,
                 mask=rows[..., : self.capacity],
             )
+            if self.planes is not None:
+                buf = self._buckets[b]
+                buf.gather = torch.zeros((b, self.capacity), **i64)
+                buf.seen = torch.zeros(
+                    (b, 1, 1, self.capacity), dtype=self.dtype, device=self.device
+                )
+                _PLANES[rows.data_ptr()] = buf
         return self._buckets[b]
 
     def run(
@@ -200,15 +263,39 @@ class StaticPasses:
         mask.fill_(torch.finfo(self.dtype).min)
         mask[:, :length] = 0
         mask[:, length : length + b].masked_fill_(see.to(self.device), 0)
+        if buf.gather is not None:
+            self._fill_planes(buf, see, length)
+
+    def _fill_planes(self, buf: _Bucket, see: torch.Tensor, length: int) -> None:
+        """Row ``i``'s key plane: the prefix, then its ancestors and itself in tree order (the
+        drafter's depth-first order puts an ancestor before its descendants, so ascending
+        rows are ascending depths) at rows ``length ..``, visible up to its own position."""
+        assert buf.gather is not None and buf.seen is not None
+        b = see.shape[0]
+        idx = torch.arange(b)
+        order = torch.where(see, idx, b + idx).argsort(dim=1)  # [b, b]: visible rows first
+        cols = torch.arange(self.capacity, device=self.device)
+        buf.gather.copy_(cols.expand(b, -1))
+        buf.gather[:, length : length + b] = length + order.to(self.device)
+        visible = cols <= buf.pos[0][:, None]  # [b, capacity]: up to the row's position
+        seen = buf.seen[:, 0, 0]
+        seen.fill_(torch.finfo(self.dtype).min)
+        seen.masked_fill_(visible, 0)
 
     def _run(self, buf: _Bucket) -> tuple[torch.Tensor, torch.Tensor | None]:
         for layer in self.layers:
             layer.slots = buf.slots
+        config = self.planes
+        before = None if config is None else config._attn_implementation
+        if config is not None:
+            config._attn_implementation = PLANES
         try:
             return self.forward(buf.ids, buf.pos, buf.mask)
         finally:
             for layer in self.layers:
                 layer.slots = None
+            if config is not None:
+                config._attn_implementation = before
 
     def _capture(self, buf: _Bucket) -> None:
         """Capture the bucket's forward (its inputs are filled: the warm-up computes this

@@ -119,6 +119,7 @@ def _passes(
         "capacity": prompt_len + answer + max(128, shapes[-1]),
         "static": bool(settings and (settings.graphs or uniform)),
         "shapes": shapes,
+        "planes": bool(uniform and settings and settings.planes),
     }
 
 

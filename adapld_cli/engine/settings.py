@@ -54,14 +54,21 @@ class AdaPLDSettings:
             the passes run eagerly, only slower (the tests use that).
         uniform: every pass at one static shape, the largest pass's (``node_budget + 1``
             rows rounded up to 16; :func:`adapld_cli.engine.graphs.uniform_shape`), ``ar``'s
-            single-token steps and the LM head included; implies ``graphs``. No kernel then
+            single-token steps and the LM head included; implies ``graphs``. No product then
             sees a pass's size, so where the kernels are not batch-invariant (a GPU's: cuBLAS
-            picks kernels by shape) every method still emits what ``ar`` emits run the same
-            way; on a CPU torch's stock kernels in bfloat16 become exact so (tests). It costs
-            what a full pass costs each step: nothing much where a pass's cost is flat in its
-            size (a GPU), too much on a CPU (which has exact kernels). The KV cache is then
-            preallocated for all of ``max_new_tokens`` (its width is a shape the kernels
-            see; growing it mid-answer would change it at a different step for each method).
+            picks kernels by shape) the rows of the draft tree's copied chain are ``ar``'s
+            bit for bit; a branch node's keys lie further on than ``ar`` puts them, which
+            attention can still see (``planes``). It costs a full pass each step: nothing
+            much where a pass's cost is flat in its size (a GPU), too much on a CPU (which
+            has exact kernels). The KV cache is then preallocated for all of
+            ``max_new_tokens`` (its width is a shape the kernels see; growing it mid-answer
+            would change it at a different step for each method).
+        planes: with ``uniform``, each row attends its own copy of the keys laid out as
+            plain decoding lays them out for it (:func:`adapld_cli.engine.graphs.
+            planes_attention`), so a branch node's attention has ``ar``'s inputs too: exact
+            where the attention kernel computes a batch item independently of the others
+            (torch's stock CPU kernels do not always; a GPU is to measure). Costs a copy of
+            the keys per row and layer.
         branches / cursor / rerank / adaptive: ablation switches (like ``semantic=False``).
             With ``adaptive=False`` the drafter always drafts ``max_draft_len`` and the full
             tree.
@@ -84,6 +91,7 @@ class AdaPLDSettings:
     semantic: bool | None = None
     graphs: bool = False
     uniform: bool = False
+    planes: bool = False
     branches: bool = True
     cursor: bool = True
     rerank: bool = True

@@ -16,9 +16,9 @@
 #   4. uniform.json            the six edit cases, ar,adapld, every pass of both at one shape
 #                              (--set uniform=true): = ar here is exact by shape, whatever
 #                              cuBLAS picks; the speed it keeps
-#   5. exact.log               4 trees of 65 nodes vs single steps, eager, static and uniform:
-#                              rows bitwise equal (chain / branches) / same argmax
-#                              (docs/gpu_exact.py)
+#   5. exact.log               4 trees of 65 nodes vs single steps, eager, static, uniform and
+#                              uniform with key planes: rows bitwise equal (chain / branches)
+#                              / same argmax (docs/gpu_exact.py)
 #   part 2 (~9 minutes; CANITEDIT.jsonl needed for step 7)
 #   6. cases.json       the six edit cases, ar,hf,hf-pld,adapld: the README's GPU table
 #   7. canitedit.json   CanItEdit 21-30, ar,hf-pld,adapld: the "5x hf-pld" target

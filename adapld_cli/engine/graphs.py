@@ -29,16 +29,17 @@ keys as an eager one; masked keys add exact zeros. Whether the GPU's kernels giv
 bits for a ``b``-row and a 1-row input is what the bench's ``= ar`` check measures
 (``adapld bench --methods ar,ar-graphs,adapld-graphs``).
 
-With ``shapes`` of one size and ``planes`` (``AdaPLDSettings.uniform``: :func:`uniform_shape`,
-every pass of every method, the LM head over all its rows) no kernel sees a pass's size:
+With ``shapes`` of one size (``AdaPLDSettings.uniform``: :func:`uniform_shape`, every pass
+of every method, the LM head over all its rows) no kernel sees a pass's size:
 every product runs at one shape, so a row cannot depend on how many rows came with it, on
 kernels that are not batch-invariant too. Attention would still see a node's place: on the
 draft tree's first-child chain its keys lie where ``ar`` puts them, but a branch node sits a
 few rows further on, and an attention kernel's reduction order sees that (torch's stock
-float32 kernels on the real model: chain rows bitwise equal, branch rows not). So with
-``planes`` each row attends its own key plane (:func:`planes_attention`): the keys gathered
-in the order plain decoding has them, one batch item per row, at one shape. The bench
-measures it on a GPU (``adapld bench --set uniform=true --methods ar,adapld``).
+float32 kernels on the real model: chain rows bitwise equal, branch rows not). With
+``planes`` (``AdaPLDSettings.planes``) each row attends its own key plane
+(:func:`planes_attention`): the keys gathered in the order plain decoding has them, one
+batch item per row, at one shape. The bench measures both on a GPU (``adapld bench --set
+uniform=true --methods ar,adapld``; ``docs/gpu_exact.py``).
 """
 
 from __future__ import annotations
@@ -99,11 +100,12 @@ def planes_attention(
     """Attention of a static pass with key planes: each of the ``b`` query rows attends its
     own copy of the keys, laid out as plain decoding lays them out for that token (the cached
     prefix, then its ancestors in depth order, then itself; nothing else visible), one batch
-    item per row. A row's attention is then the very computation of a single-token step at
-    its position, whatever the kernel's reduction order, so a branch node's rows are exact
-    too. Shapes as transformers' attention interface: ``query [1, H, b, d]``, ``key`` /
-    ``value`` ``[1, KV, capacity, d]`` (the whole static cache), output ``[1, b, H, d]``.
-    Passes whose mask is not a key-planes pass's go to transformers' sdpa attention."""
+    item per row. A row's attention then has the very inputs of a single-token step at its
+    position, so a branch node's row is exact too where the kernel computes each batch item
+    independently of the others (torch's CPU kernel does not always: docs/design.md).
+    Shapes as transformers' attention interface: ``query [1, H, b, d]``, ``key`` / ``value``
+    ``[1, KV, capacity, d]`` (the whole static cache), output ``[1, b, H, d]``. Passes whose
+    mask is not a key-planes pass's go to transformers' sdpa attention."""
     buf = None if attention_mask is None else _PLANES.get(attention_mask.data_ptr())
     if buf is None or buf.gather is None or query.shape[0] != 1:
         from transformers.integrations.sdpa_attention import sdpa_attention_forward

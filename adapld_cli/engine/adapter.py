@@ -233,10 +233,9 @@ class ModelRunner:
         """Static passes keep their cache (and captured graphs) for the model's next
         generation: reuse a free workspace of this model, hooked layer and pass shapes of
         ``capacity`` rows rounded up to :data:`WORKSPACE_ROWS` (:data:`GPU_WORKSPACE_ROWS` on
-        CUDA), else make one. The capacity
-        is the keys' width in every pass, so it is a function of this generation alone: what
-        ran before never changes the kernels' shapes (nor, where they are not
-        batch-invariant, the output)."""
+        CUDA), else make one. The capacity is the keys' width in every pass, so it is a
+        function of this generation alone: what ran before never changes the kernels' shapes
+        (nor, where they are not batch-invariant, the output)."""
         spaces = _WORKSPACES.setdefault(self.model, {})
         key = (self._hidden_idx, self._shapes, self._planes)
         step = GPU_WORKSPACE_ROWS if self.device.type == "cuda" else WORKSPACE_ROWS

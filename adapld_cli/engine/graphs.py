@@ -157,6 +157,7 @@ class StaticPasses:
         self.device, self.dtype = device, dtype
         self.capture = capture
         self.capacity = min(layer.capacity for layer in layers)
+        self._cols = torch.arange(self.capacity, device=device)  # key rows (key planes)
         self._ptrs = self._pointers()
         self._buckets: dict[int, _Bucket] = {}
         self._pool: Any = None
@@ -264,21 +265,22 @@ class StaticPasses:
         mask = buf.mask[0, 0]  # [b, capacity]
         mask.fill_(torch.finfo(self.dtype).min)
         mask[:, :length] = 0
-        mask[:, length : length + b].masked_fill_(see.to(self.device), 0)
+        see = see.to(self.device)
+        mask[:, length : length + b].masked_fill_(see, 0)
         if buf.gather is not None:
             self._fill_planes(buf, see, length)
 
     def _fill_planes(self, buf: _Bucket, see: torch.Tensor, length: int) -> None:
         """Row ``i``'s key plane: the prefix, then its ancestors and itself in tree order (the
         drafter's depth-first order puts an ancestor before its descendants, so ascending
-        rows are ascending depths) at rows ``length ..``, visible up to its own position."""
+        rows are ascending depths) at rows ``length ..``, visible up to its own position.
+        ``see [b, b]`` on the device; all of it device work (no copy from the host)."""
         assert buf.gather is not None and buf.seen is not None
         b = see.shape[0]
-        idx = torch.arange(b)
-        order = torch.where(see, idx, b + idx).argsort(dim=1)  # [b, b]: visible rows first
-        cols = torch.arange(self.capacity, device=self.device)
+        cols = self._cols  # [capacity]
+        order = torch.where(see, cols[:b], b + cols[:b]).argsort(dim=1)  # [b, b]: seen first
         buf.gather.copy_(cols.expand(b, -1))
-        buf.gather[:, length : length + b] = length + order.to(self.device)
+        buf.gather[:, length : length + b] = length + order
         visible = cols <= buf.pos[0][:, None]  # [b, capacity]: up to the row's position
         seen = buf.seen[:, 0, 0]
         seen.fill_(torch.finfo(self.dtype).min)

@@ -42,10 +42,7 @@ def _settings(**kw) -> AdaPLDSettings:
 
 
 def _context(tokens: list[int], cost: StubCost, top_k: int = 0) -> Context:
-    ctx = Context(tokens, len(tokens) + 128, 0, top_k, "cpu", cost)
-    if ctx.topk is not None:
-        ctx.topk[:] = -1
-    return ctx
+    return Context(tokens, len(tokens) + 128, 0, top_k, "cpu", cost)
 
 
 def _drafter(ctx: Context, **kw) -> AdaPLDDrafter:
@@ -120,7 +117,7 @@ def test_branches_only_where_real_topk_exists():
     for real, expect_branches in ((True, True), (False, False)):
         ctx = _context(tokens, FLAT, top_k=3)
         if real:  # the model's own top-3 at the copy source: the chain token + two others
-            ctx.topk[q, :] = ctx.topk.new_tensor([15, 60, 61])
+            ctx.record(q, None, [[15, 60, 61]])
         else:  # observed top-K: only the token that followed, as on a CPU prefill
             ctx.observed_topk(len(tokens) - 1)
         drafter = _drafter(ctx, branches=True)

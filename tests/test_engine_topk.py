@@ -115,8 +115,14 @@ def test_pass_topk_equals_rows_topk():
     runner.prefill(prompt, 0)
     out = runner.step([3, 7, 9, 11], None, None)
     rows = out.logits.rows([0, 2, 3]).float()
-    ids = out.logits.topk([0, 2, 3], 4)
+    ids = torch.tensor(out.logits.topk([0, 2, 3], 4))
     assert torch.equal(rows.gather(1, ids), rows.topk(4, dim=-1).values)
+    # read with the argmax (``topk=4``): the same rows, and the argmax is the first entry
+    runner.keep(len(prompt), [])
+    both = runner.step([3, 7, 9, 11], None, None, topk=4).logits
+    assert [both.argmax(i) for i in range(4)] == out.logits.rows(range(4)).argmax(-1).tolist()
+    assert both._topk and both.topk([0, 2, 3], 4) == ids.tolist()
+    assert [row[0] for row in both.topk([0, 1, 2, 3], 4)] == [both.argmax(i) for i in range(4)]
 
 
 def test_pass_rows_topk_only_where_asked(monkeypatch):

@@ -162,3 +162,20 @@ def test_cost_model_learns_the_measured_curve():
     for _ in range(10):
         cm.observe(2, 0.1 * 2.2)  # a measured bucket replaces the prior
     assert cm.ratio(2) == pytest.approx(2.2)
+
+
+def test_hidden_states_are_normalised_when_read():
+    """``Context.unit_hidden``: the recorded rows L2-normalised (as ``F.normalize`` of each
+    recorded row), rows recorded again after a read normalised afresh."""
+    from adapld_cli.engine.context import Context
+
+    gen = torch.Generator().manual_seed(0)
+    rows = torch.randn(12, 8, generator=gen, dtype=torch.float64).to(torch.bfloat16)
+    ctx = Context(list(range(13)), 20, 8, 0, "cpu", CostModel("cpu"))
+    ctx.record(0, rows[:7], None)
+    expect = torch.nn.functional.normalize(rows.float(), dim=-1)
+    assert torch.equal(ctx.unit_hidden(7), expect[:7])
+    ctx.record(5, rows[5:12] * 3, None)  # a pass over rows already read: they come back raw
+    assert torch.equal(ctx.hidden[5], (rows[5] * 3).float())
+    again = torch.nn.functional.normalize((rows[5:12] * 3).float(), dim=-1)
+    assert torch.equal(ctx.unit_hidden(12), torch.cat([expect[:5], again]))

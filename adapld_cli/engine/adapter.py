@@ -72,18 +72,29 @@ def topk_ids(logits: torch.Tensor, k: int) -> torch.Tensor:
 class LazyLogits:
     """Logits of one pass's ``n`` nodes, computed by the LM head in blocks of rows on first
     use: the acceptance walk touches only the nodes on its path, so a draft rejected early
-    does not pay the head (a quarter of a small model's compute) for the nodes after it."""
+    does not pay the head (a quarter of a small model's compute) for the nodes after it.
+
+    Each block's argmax is one device read. With ``topk`` (``k`` > 0) that read brings the
+    block's top-``k`` ids too, so :meth:`topk` of those rows reads nothing more: on a GPU,
+    whose pass is one block, a greedy pass then syncs once."""
 
     def __init__(
-        self, runner: ModelRunner, last: torch.Tensor, block: int = 16, n: int | None = None
+        self,
+        runner: ModelRunner,
+        last: torch.Tensor,
+        block: int = 16,
+        n: int | None = None,
+        topk: int = 0,
     ) -> None:
         # last: [m, H], the nodes' n rows first (m > n: a static pass's padding rows, which
         # the head computes with them so that a block's shape never depends on the pass)
         self._runner, self._last, self._block = runner, last, block
         self._n = last.shape[0] if n is None else n
+        self._k = topk
         self._blocks: dict[int, torch.Tensor] = {}  # block index -> logits [<=block, vocab]
         self._floats: dict[int, torch.Tensor] = {}  # the same in float32 (argmax, top-K)
         self._argmax: dict[int, list[int]] = {}
+        self._topk: dict[int, list[list[int]]] = {}  # block index -> top-k ids per row
 
     def __len__(self) -> int:
         return self._n
@@ -109,20 +120,36 @@ class LazyLogits:
         if b not in self._argmax:
             # float32 argmax is 5x faster than bfloat16's, same index (exact conversion;
             # ties go to the first maximum either way)
-            self._argmax[b] = self._float(b).argmax(-1).tolist()
+            x = self._float(b)
+            best = x.argmax(-1)  # [rows]
+            if self._k:  # one read for both: [rows, 1 + k]
+                both = torch.cat([best[:, None], self._block_topk(b, self._k)], 1).tolist()
+                self._argmax[b] = [row[0] for row in both]
+                self._topk[b] = [row[1:] for row in both]
+            else:
+                self._argmax[b] = best.tolist()
         return self._argmax[b][i % self._block]
+
+    def _block_topk(self, b: int, k: int) -> torch.Tensor:
+        """Top-``k`` ids ``[rows, k]`` of block ``b`` (:func:`topk_ids`), in place: a path
+        covers most of its blocks' rows; gathering its rows first would copy 0.6 MB a row."""
+        with torch.inference_mode():
+            return topk_ids(self._float(b), k)
 
     def rows(self, idx: list[int]) -> torch.Tensor:
         """Logits ``[len(idx), vocab]`` of the given nodes."""
         return torch.stack([self.row(i) for i in idx])
 
-    def topk(self, idx: list[int], k: int) -> torch.Tensor:
-        """Top-``k`` ids ``[len(idx), k]`` of the given nodes (:func:`topk_ids`), computed for
-        whole blocks in place (a path covers most of its blocks' rows; gathering its rows
-        first would copy 0.6 MB a row)."""
-        with torch.inference_mode():
-            ids = {b: topk_ids(self._float(b), k) for b in {i // self._block for i in idx}}
-            return torch.stack([ids[i // self._block][i % self._block] for i in idx])
+    def topk(self, idx: list[int], k: int) -> list[list[int]]:
+        """Top-``k`` ids of the given nodes, best first, on the host: what the argmax read
+        brought where ``k`` is the ``topk`` this was made with, else computed for whole
+        blocks (one read)."""
+        blocks = {i // self._block for i in idx}
+        if k != self._k or not blocks <= self._topk.keys():
+            ids = {b: self._block_topk(b, k) for b in blocks}
+            found = torch.stack([ids[i // self._block][i % self._block] for i in idx])
+            return found.tolist()
+        return [self._topk[i // self._block][i % self._block] for i in idx]
 
 
 @dataclass
@@ -307,13 +334,14 @@ class ModelRunner:
             logits = torch.tanh(logits / self.softcap) * self.softcap
         return logits
 
-    def _lazy(self, last: torch.Tensor, n: int | None = None) -> LazyLogits:
+    def _lazy(self, last: torch.Tensor, n: int | None = None, topk: int = 0) -> LazyLogits:
         """A pass's logits on demand (``last [m, H]``, its first ``n`` rows the nodes', default
-        all): in 16-row blocks on a CPU, where the LM head is a large share of a pass; all ``m``
-        rows at once on a GPU, where it is cheap and each block's argmax is a host-device sync
-        (one per pass instead)."""
+        all; ``topk``: read each block's top-``topk`` ids with its argmax): in 16-row blocks
+        on a CPU, where the LM head is a large share of a pass; all ``m`` rows at once on a
+        GPU, where it is cheap and each block's argmax is a host-device sync (one per pass
+        instead)."""
         block = 16 if self.device.type != "cuda" else max(1, len(last))
-        return LazyLogits(self, last, block, n)
+        return LazyLogits(self, last, block, n, topk)
 
     def _store_final(self, start: int, last: torch.Tensor) -> None:
         """Keep the final hidden states ``last [n, H]`` of positions ``start ..`` when the
@@ -338,13 +366,18 @@ class ModelRunner:
             return topk_ids(self.logits(rows), k)
 
     def verify(
-        self, ids: list[int], parents: list[int] | None, depths: list[int] | None
+        self,
+        ids: list[int],
+        parents: list[int] | None,
+        depths: list[int] | None,
+        topk: int = 0,
     ) -> PassOutput:
         """One verification pass over draft-tree nodes ``ids`` after the cache (``parents`` /
         ``depths`` None = a chain): a static pass (:mod:`adapld_cli.engine.graphs`; a CUDA
         graph on a GPU) when the runner was made with ``static`` and one of its shapes holds
         the pass (the cache grown first where it lacks the room), else :meth:`step` with the
-        tree's mask."""
+        tree's mask. ``topk``: the logits read their rows' top-``topk`` ids with the argmax
+        (:class:`LazyLogits`)."""
         n = len(ids)
         static = self._static_passes(n)
         if static is not None and static.fits(n):
@@ -353,12 +386,12 @@ class ModelRunner:
                 last, hidden = static.run(ids, parents, depths)  # [b, H]: the nodes' n first
                 self._store_final(start, last[:n])
             return PassOutput(
-                logits=self._lazy(last, n), hidden=None if hidden is None else hidden[:n]
+                logits=self._lazy(last, n, topk), hidden=None if hidden is None else hidden[:n]
             )
         mask = (
             None if parents is None else tree_mask(parents, self.cache_len, self.dtype, self.device)
         )
-        return self.step(ids, depths, mask)
+        return self.step(ids, depths, mask, topk)
 
     def _static_passes(self, n: int) -> StaticPasses | None:
         """The static passes for a pass over ``n`` nodes (made at the first pass; remade
@@ -393,16 +426,19 @@ class ModelRunner:
         hooked = None if self._captured is None else self._captured[0]
         return last, hooked  # [b, H], [b, H] or None
 
-    def step(self, ids: list[int], depths: list[int] | None, mask: Any) -> PassOutput:
+    def step(
+        self, ids: list[int], depths: list[int] | None, mask: Any, topk: int = 0
+    ) -> PassOutput:
         """Feed ``ids`` after the cache. ``depths`` (None = a chain) give positions
-        ``cache_len + depth``; ``mask`` is a 4D additive mask or None for causal."""
+        ``cache_len + depth``; ``mask`` is a 4D additive mask or None for causal; ``topk``
+        as for :meth:`verify`."""
         start = self.cache_len
         positions = None if depths is None else [start + d for d in depths]
         with torch.inference_mode():
             last = self._run(ids, start, positions, mask)
             self._store_final(start, last)
         hidden = None if self._captured is None else self._captured[0]
-        return PassOutput(logits=self._lazy(last), hidden=hidden)
+        return PassOutput(logits=self._lazy(last, topk=topk), hidden=hidden)
 
     def prefill(
         self,

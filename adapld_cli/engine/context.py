@@ -1,9 +1,11 @@
 """The reusable context ``R`` and what earlier forward passes left about it.
 
 ``Context`` holds the tokens (prompt + generated; the last one is *pending*: emitted but not
-yet fed to the model), and per fed position ``j`` the L2-normalised hidden state ``h[j]`` of
-the hooked layer and the model's top-K next-token ids ``topk[j]``. Everything is recorded
-from passes the engine ran anyway; drafters only read it.
+yet fed to the model), and per fed position ``j`` the hidden state ``h[j]`` of the hooked
+layer (on the model's device; L2-normalised by :meth:`unit_hidden` when a drafter reads it)
+and the model's top-K next-token ids ``topk[j]`` (on the host: a list per position, which
+drafters read every step without a device read). Everything is recorded from passes the
+engine ran anyway; drafters only read it.
 
 Prompt positions get no top-K at prefill on a CPU (an LM-head pass over the whole prompt
 costs ~40% of prefill): their row holds the token that followed them. With a predictor
@@ -53,10 +55,11 @@ class Context:
             if hidden_size
             else None
         )
-        self.topk: torch.Tensor | None = (
-            torch.zeros(capacity, top_k, dtype=torch.long, device=device) if top_k else None
-        )
+        self.top_k = top_k
+        # per position, its top-K ids, best first (fewer where observed: see observed_topk)
+        self.topk: list[list[int]] | None = [[] for _ in range(capacity)] if top_k else None
         self.known = bytearray(capacity if top_k else 0)  # 1: topk[j] is the model's top-K
+        self._unit = 0  # hidden[:_unit] is L2-normalised (rows past it as recorded)
         self.predictor: Predictor | None = None
         self.lookups = 0  # on-demand lookups run (each one LM-head pass over a few rows)
         self.lookup_s = 0.0  # decaying mean seconds of one lookup (0 = none timed yet)
@@ -76,24 +79,41 @@ class Context:
 
     def observed_topk(self, end: int, start: int = 0) -> None:
         """For positions ``start .. end - 1`` without computed predictions: the token that
-        followed each one stands as its only top-K entry (the others are -1)."""
+        followed each one stands as its only top-K entry."""
         if self.topk is None or end <= start:
             return
-        self.topk[start:end, 0] = torch.tensor(
-            self.tokens[start + 1 : end + 1], device=self.topk.device
-        )
-        self.topk[start:end, 1:] = -1
+        self.topk[start:end] = [[t] for t in self.tokens[start + 1 : end + 1]]
         self.known[start:end] = bytes(end - start)
 
-    def record(self, start: int, hidden: torch.Tensor | None, topk: torch.Tensor | None) -> None:
-        """Store rows for positions ``start ..`` (``hidden [m, H]``, ``topk [m, K]``)."""
+    def record(
+        self,
+        start: int,
+        hidden: torch.Tensor | None,
+        topk: torch.Tensor | list[list[int]] | None,
+    ) -> None:
+        """Store rows for positions ``start ..`` (``hidden [m, H]``, copied as it is: see
+        :meth:`unit_hidden`; ``topk [m, K]``, a tensor read once here or rows already on the
+        host)."""
         if hidden is not None and self.hidden is not None:
-            end = start + hidden.shape[0]
-            self.hidden[start:end] = torch.nn.functional.normalize(hidden.float(), dim=-1)
+            self.hidden[start : start + hidden.shape[0]] = hidden
+            self._unit = min(self._unit, start)
         if topk is not None and self.topk is not None:
-            m = topk.shape[0]
-            self.topk[start : start + m] = topk
+            rows = topk.tolist() if isinstance(topk, torch.Tensor) else topk
+            m = len(rows)
+            self.topk[start : start + m] = rows
             self.known[start : start + m] = b"\x01" * m
+
+    def unit_hidden(self, end: int) -> torch.Tensor:
+        """The L2-normalised hidden states ``[end, H]`` of positions ``0 .. end - 1``: rows
+        recorded since the last call are normalised here, in place and all at once. (Once
+        per pass at record time, a small op right after a forward pass costs ~0.2 ms on a
+        CPU, its caches cold; drafters read states only on some steps.)"""
+        assert self.hidden is not None
+        if end > self._unit:
+            rows = self.hidden[self._unit : end]
+            torch.nn.functional.normalize(rows, dim=-1, out=rows)
+            self._unit = end
+        return self.hidden[:end]
 
     def lookup_ratio(self) -> float:
         """Cost of one on-demand top-K lookup in single decode steps (measured, else prior)."""
@@ -108,19 +128,17 @@ class Context:
 
     def topk_rows(self, positions: list[int], compute: bool = True) -> list[list[int]]:
         """Top-K ids at each fed position (``-1`` padding dropped). Rows not known yet are
-        computed in one lookup when ``compute`` and a predictor is attached, then cached;
-        otherwise they are the observed next token."""
+        computed in one lookup when ``compute`` and a predictor is attached, then cached (one
+        device read); otherwise they are the observed next token."""
         assert self.topk is not None
         missing = [j for j in positions if not self.known[j]]
         if compute and missing and self.predictor is not None:
             t0 = time.perf_counter()
-            rows = self.predictor.topk_at(missing, self.topk.shape[1])  # [len(missing), K]
-            idx = torch.tensor(missing, device=self.topk.device)
-            self.topk.index_copy_(0, idx, rows.to(self.topk.device))
-            for j in missing:
+            rows = self.predictor.topk_at(missing, self.top_k).tolist()  # [len(missing), K]
+            for j, row in zip(missing, rows, strict=True):
+                self.topk[j] = row
                 self.known[j] = 1
             seconds = time.perf_counter() - t0
             self.lookup_s = seconds if self.lookups == 0 else 0.8 * self.lookup_s + 0.2 * seconds
             self.lookups += 1
-        table = self.topk[torch.tensor(positions, device=self.topk.device)].tolist()
-        return [[t for t in row if t >= 0] for row in table]
+        return [list(self.topk[j]) for j in positions]

@@ -166,7 +166,10 @@ def _decode(
         chain = tree.is_chain
         t_pass = time.perf_counter()
         out = runner.verify(
-            tree.tokens, None if chain else tree.parents, None if chain else tree.depths
+            tree.tokens,
+            None if chain else tree.parents,
+            None if chain else tree.depths,
+            pass_topk,  # read with the argmax (on a GPU: one sync a pass)
         )
         path, bonus = accept(tree, chooser.bind(out.logits))
         pass_s = time.perf_counter() - t_pass

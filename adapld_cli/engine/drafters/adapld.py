@@ -136,8 +136,8 @@ class AdaPLDDrafter:
         if ctx.topk is None or end <= start:
             return
         toks = ctx.tokens
-        for j, row in enumerate(ctx.topk[start:end].tolist(), start):
-            self.succ[toks[j]] = [t for t in row if t >= 0]
+        for j, row in enumerate(ctx.topk[start:end], start):
+            self.succ[toks[j]] = row
 
     # -- drafting ----------------------------------------------------------------------------
 
@@ -224,8 +224,9 @@ class AdaPLDDrafter:
         if s.rerank and ctx.hidden is not None and len(hits) > 1 and P >= 1:
             cand = [h for h in hits[-s.max_candidates :] if h >= 1]
             if cand:
-                idx = torch.tensor(cand, device=ctx.hidden.device) - 1
-                sims = ctx.hidden.index_select(0, idx) @ ctx.hidden[P - 1]  # [len(cand)]
+                hidden = ctx.unit_hidden(P)
+                idx = torch.tensor(cand, device=hidden.device) - 1
+                sims = hidden.index_select(0, idx) @ hidden[P - 1]  # [len(cand)]
                 return cand[int(sims.argmax())], False
         return hits[-1], False
 
@@ -250,9 +251,11 @@ class AdaPLDDrafter:
         lo = 1 if s.window <= 0 else max(1, P - s.window)
         if lo >= P - 1:
             return False
-        sims = ctx.hidden[lo - 1 : P - 1] @ ctx.hidden[P - 1]  # [P-lo]: state before j vs before P
+        hidden = ctx.unit_hidden(P)
+        sims = hidden[lo - 1 : P - 1] @ hidden[P - 1]  # [P-lo]: state before j vs before P
         vals, idx = sims.topk(min(s.tau, sims.shape[0]))
-        pairs = zip(vals.tolist(), idx.tolist(), strict=True)
+        # one device read: the similarities with their offsets (exact in float32 below 2**24)
+        pairs = torch.stack((vals, idx.to(vals.dtype))).T.tolist()
         starts = [lo + int(i) for v, i in pairs if v >= s.sim_floor]
         taken = {c.token for c in cands if c.parent == -1}
         alts: list[int] = []

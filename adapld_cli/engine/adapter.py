@@ -120,8 +120,7 @@ class LazyLogits:
         if b not in self._argmax:
             # float32 argmax is 5x faster than bfloat16's, same index (exact conversion;
             # ties go to the first maximum either way)
-            x = self._float(b)
-            best = x.argmax(-1)  # [rows]
+            best = self._float(b).argmax(-1)  # [rows]
             if self._k:  # one read for both: [rows, 1 + k]
                 both = torch.cat([best[:, None], self._block_topk(b, self._k)], 1).tolist()
                 self._argmax[b] = [row[0] for row in both]

@@ -127,9 +127,10 @@ class Context:
         return self.predictor is not None and any(not self.known[j] for j in positions)
 
     def topk_rows(self, positions: list[int], compute: bool = True) -> list[list[int]]:
-        """Top-K ids at each fed position (``-1`` padding dropped). Rows not known yet are
-        computed in one lookup when ``compute`` and a predictor is attached, then cached (one
-        device read); otherwise they are the observed next token."""
+        """Top-K ids at each fed position (the table's own rows: read them, never change
+        them). Rows not known yet are computed in one lookup when ``compute`` and a predictor
+        is attached, then cached (one device read); otherwise they are the observed next
+        token."""
         assert self.topk is not None
         missing = [j for j in positions if not self.known[j]]
         if compute and missing and self.predictor is not None:
@@ -141,4 +142,4 @@ class Context:
             seconds = time.perf_counter() - t0
             self.lookup_s = seconds if self.lookups == 0 else 0.8 * self.lookup_s + 0.2 * seconds
             self.lookups += 1
-        return [list(self.topk[j]) for j in positions]
+        return [self.topk[j] for j in positions]

@@ -30,13 +30,30 @@
 #                       pay on a GPU
 # A step that runs out of time is cut and the next one starts. Every step's exit status is in
 # $OUT/steps.txt.
+#
+# Rehearsal on a CPU, in an environment like the device's (its transformers and packages; see
+# the GPU kit), before a session spends device time on it:
+#   KIT=DIR DEVICE=cpu QUICK=1 SCALE=4 bash docs/gpu_check.sh 1
+# KIT: where the wheels and GGUF parts are (default /tmp/kit; without a whl/ folder in it the
+# current environment is used as it is), DEVICE: the device (default cuda), QUICK: one task,
+# 24 new tokens, small trees and profiles, so each part takes minutes on a CPU; SCALE: a factor
+# on every step's time limit (a CPU is slower).
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
+KIT=${KIT:-/tmp/kit}
 mkdir -p "$OUT"
 part=${1:-1}
 tasks=${2:-}
+quick=()  # bench options that shorten every run (QUICK)
+exact=()  # ... docs/gpu_exact.py's
+profile=()  # ... docs/gpu_profile.py's
+if [ -n "${QUICK:-}" ]; then
+  quick=(--limit 1 --max-new-tokens 24)
+  exact=(--trees 1 --nodes 9)
+  profile=(--steps 4 --passes 2 --warmup 1)
+fi
 step() {  # step NAME SECONDS COMMAND...: run it under a timeout, log, record the status
-  local name=$1 limit=$2
+  local name=$1 limit=$(($2 * ${SCALE:-1}))
   shift 2
   local t0=$SECONDS
   timeout "$limit" "$@" > "$OUT/$name.log" 2>&1
@@ -44,15 +61,18 @@ step() {  # step NAME SECONDS COMMAND...: run it under a timeout, log, record th
   echo "$name rc=$rc $((SECONDS - t0)) s" | tee -a "$OUT/steps.txt"
 }
 
-python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site /tmp/kit/whl/*.whl
-export PYTHONPATH=/tmp/site PATH=/tmp/site/bin:$PATH HF_HUB_OFFLINE=1 ADAPLD_HOME=/tmp/ah CI=1
+if [ -d "$KIT/whl" ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site "$KIT"/whl/*.whl
+  export PYTHONPATH=/tmp/site PATH=/tmp/site/bin:$PATH
+fi
+export HF_HUB_OFFLINE=1 ADAPLD_HOME=${ADAPLD_HOME:-/tmp/ah} CI=1
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv > "$OUT/gpu.txt" 2>&1
 python3 -c "import torch, transformers; print(torch.__version__, transformers.__version__)" \
   >> "$OUT/gpu.txt" 2>&1
-cat /tmp/kit/part.* > /tmp/m.gguf
+cat "$KIT"/part.* > /tmp/m.gguf
 step prepare 120 adapld model prepare --model /tmp/m.gguf
-model=(--model /tmp/m.gguf --device cuda)
-cases=(--tasks adapld_cli/bench/edit_cases.jsonl)
+model=(--model /tmp/m.gguf --device "${DEVICE:-cuda}")
+cases=(--tasks adapld_cli/bench/edit_cases.jsonl "${quick[@]}")
 if [ "$part" = 1 ]; then
   step verify-cost 45 adapld bench "${model[@]}" --verify-cost
   step verify-cost-graphs 60 adapld bench "${model[@]}" --verify-cost --set graphs=true
@@ -60,17 +80,17 @@ if [ "$part" = 1 ]; then
     --methods ar,adapld,ar-graphs,adapld-graphs --json "$OUT/graphs.json" --markdown "$OUT/graphs.md"
   step uniform 100 adapld bench "${model[@]}" "${cases[@]}" --set uniform=true \
     --methods ar,adapld --json "$OUT/uniform.json" --markdown "$OUT/uniform.md"
-  step exact 60 python3 docs/gpu_exact.py "${model[@]}"
+  step exact 60 python3 docs/gpu_exact.py "${model[@]}" "${exact[@]}"
 elif [ "$part" = 2 ]; then
   step cases 240 adapld bench "${model[@]}" "${cases[@]}" \
     --methods ar,hf,hf-pld,adapld --json "$OUT/cases.json" --markdown "$OUT/cases.md"
   if [ -n "$tasks" ]; then
-    step canitedit 200 adapld bench "${model[@]}" --tasks "$tasks" --offset 20 --limit 10 \
+    step canitedit 200 adapld bench "${model[@]}" --tasks "$tasks" --offset 20 --limit 10 "${quick[@]}" \
       --methods ar,hf-pld,adapld --json "$OUT/canitedit.json" --markdown "$OUT/canitedit.md"
   fi
-  step profile 90 python3 docs/gpu_profile.py "${model[@]}" --graphs --out "$OUT/profile"
+  step profile 90 python3 docs/gpu_profile.py "${model[@]}" --graphs "${profile[@]}" --out "$OUT/profile"
 elif [ -n "$tasks" ]; then
-  step ablations 400 adapld bench "${model[@]}" --tasks "$tasks" --offset 20 --limit 20 \
+  step ablations 400 adapld bench "${model[@]}" --tasks "$tasks" --offset 20 --limit 20 "${quick[@]}" \
     --methods ar,adapld,adapld-no-semantic,adapld-no-branches \
     --json "$OUT/ablations.json" --markdown "$OUT/ablations.md"
 fi

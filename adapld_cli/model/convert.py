@@ -154,6 +154,10 @@ def _config_and_tokenizer(gguf: Path) -> tuple[Any, Any]:
     tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
     if hasattr(config, "quantization_config"):
         del config.quantization_config
+    eos = getattr(config, "eos_token_id", None)  # the file's tokenizer.ggml.eos_token_id
+    if isinstance(eos, int) and tokenizer.eos_token_id != eos:
+        # transformers 5.17 keeps its converter's default there (<|endoftext|> for Qwen2)
+        tokenizer.eos_token = tokenizer.convert_ids_to_tokens(eos)
     return config, tokenizer
 
 

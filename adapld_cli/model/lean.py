@@ -95,11 +95,21 @@ def install(model: Any) -> bool:
         attn.adapld_qkv = fuse([attn.q_proj, attn.k_proj, attn.v_proj])
         mlp.adapld_gate_up = fuse([mlp.gate_proj, mlp.up_proj])
         layer.adapld_native = native_layer(layer, model.config)
+        layer.adapld_cache_kw = cache_keyword(type(layer).forward)
         layer.forward = types.MethodType(_layer_forward, layer)
+    base.adapld_cache_kw = cache_keyword(type(base).forward)
     base.adapld_stock_forward = base.forward
     base.forward = types.MethodType(_base_forward, base)
     model.adapld_lean = True
     return True
+
+
+def cache_keyword(forward: Any) -> str:
+    """The name under which transformers' ``forward`` takes the KV cache (and its outputs
+    return it): ``cache`` in recent releases, ``past_key_values`` before (5.17, say)."""
+    import inspect
+
+    return "cache" if "cache" in inspect.signature(forward).parameters else "past_key_values"
 
 
 # ----------------------------------------------------------------------------- projections
@@ -273,9 +283,9 @@ def _layer_forward(
             hidden_states,
             attention_mask=attention_mask,
             position_ids=position_ids,
-            cache=cache,
             use_cache=use_cache,
             position_embeddings=position_embeddings,
+            **{self.adapld_cache_kw: cache},
             **kwargs,
         )
     cos, sin = position_embeddings
@@ -339,9 +349,9 @@ def _base_forward(
             input_ids=input_ids,
             attention_mask=attention_mask,
             position_ids=position_ids,
-            cache=cache,
             inputs_embeds=inputs_embeds,
             use_cache=use_cache,
+            **{self.adapld_cache_kw: cache},
             **kwargs,
         )
     from transformers.modeling_outputs import BaseModelOutputWithPast
@@ -357,4 +367,5 @@ def _base_forward(
             use_cache=True,
             position_embeddings=position_embeddings,
         )
-    return BaseModelOutputWithPast(last_hidden_state=_rms_norm(self.norm, hidden), cache=cache)
+    last = _rms_norm(self.norm, hidden)
+    return BaseModelOutputWithPast(last_hidden_state=last, **{self.adapld_cache_kw: cache})

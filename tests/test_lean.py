@@ -176,3 +176,23 @@ def test_transformers_generate_still_runs_stock(monkeypatch):
         model = _model("qwen2", torch.float32, None, None, monkeypatch, on=on)
         outs.append(model.generate(prompt, max_new_tokens=12, do_sample=False))
     assert torch.equal(outs[0], outs[1])
+
+
+def test_cache_keyword_follows_the_installed_transformers():
+    """The cache goes to transformers under the name its forward takes: ``cache`` in recent
+    releases, ``past_key_values`` in older ones (5.17, the lent GPU machine's); passing the
+    other name is silently swallowed there and the stock forward builds a cache of its own."""
+    import inspect
+
+    from transformers.modeling_outputs import BaseModelOutputWithPast
+    from transformers.models.qwen2 import modeling_qwen2
+
+    def new(self, input_ids=None, cache=None, **kwargs): ...
+
+    def old(self, input_ids=None, past_key_values=None, **kwargs): ...
+
+    assert (lean.cache_keyword(new), lean.cache_keyword(old)) == ("cache", "past_key_values")
+    for cls in (modeling_qwen2.Qwen2Model, modeling_qwen2.Qwen2DecoderLayer):
+        name = lean.cache_keyword(cls.forward)
+        assert name in inspect.signature(cls.forward).parameters
+        assert name in BaseModelOutputWithPast.__dataclass_fields__

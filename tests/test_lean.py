@@ -187,12 +187,14 @@ def test_cache_keyword_follows_the_installed_transformers():
     from transformers.modeling_outputs import BaseModelOutputWithPast
     from transformers.models.qwen2 import modeling_qwen2
 
+    from adapld_cli.compat import cache_keyword
+
     def new(self, input_ids=None, cache=None, **kwargs): ...
 
     def old(self, input_ids=None, past_key_values=None, **kwargs): ...
 
-    assert (lean.cache_keyword(new), lean.cache_keyword(old)) == ("cache", "past_key_values")
+    assert (cache_keyword(new), cache_keyword(old)) == ("cache", "past_key_values")
     for cls in (modeling_qwen2.Qwen2Model, modeling_qwen2.Qwen2DecoderLayer):
-        name = lean.cache_keyword(cls.forward)
+        name = cache_keyword(cls.forward)
         assert name in inspect.signature(cls.forward).parameters
         assert name in BaseModelOutputWithPast.__dataclass_fields__

@@ -15,7 +15,6 @@ a GPU, captured during the warm-up pass), its LM head over all ``n`` rows comput
 
 from __future__ import annotations
 
-import inspect
 import statistics
 import time
 from dataclasses import dataclass
@@ -61,6 +60,8 @@ def measure(
     import torch
     from transformers import DynamicCache
 
+    from adapld_cli.compat import cache_keyword
+
     if not sizes or min(sizes) < 1 or repeats < 1:
         raise ValueError("need sizes >= 1 and repeats >= 1")
     context = fitting_context(model, context, max(sizes))
@@ -69,8 +70,7 @@ def measure(
     gen = torch.Generator().manual_seed(seed)
     if graphs:
         return _static_curve(model, context, sizes, repeats, high, gen)
-    cache_kw = "cache" if "cache" in inspect.signature(model.forward).parameters else None
-    cache_kw = cache_kw or "past_key_values"
+    cache_kw = cache_keyword(model.forward)
     cache = DynamicCache(config=model.config)
     medians: dict[int, float] = {}
     with torch.inference_mode():

@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from adapld_cli.compat import cache_keyword
 from adapld_cli.engine.graphs import BUCKETS, StaticPasses
 from adapld_cli.engine.prefix import PrefixCache
 from adapld_cli.engine.tree import tree_mask
@@ -211,7 +212,7 @@ class ModelRunner:
         params = inspect.signature(base.forward).parameters
         if "position_ids" not in params:
             raise UnsupportedModelError(f"{type(base).__name__} does not take position_ids")
-        self._cache_kw = "cache" if "cache" in params else "past_key_values"
+        self._cache_kw = cache_keyword(base.forward)
         self.model, self.base, self.lm_head = model, base, lm_head
         first = next(model.parameters())
         self.device, self.dtype = first.device, first.dtype

@@ -88,6 +88,8 @@ def install(model: Any) -> bool:
     if not enabled() or reason(model) is not None:
         model.adapld_lean = False
         return False
+    from adapld_cli.compat import cache_keyword
+
     base = model.model
     for layer in base.layers:
         attn, mlp = layer.self_attn, layer.mlp
@@ -102,14 +104,6 @@ def install(model: Any) -> bool:
     base.forward = types.MethodType(_base_forward, base)
     model.adapld_lean = True
     return True
-
-
-def cache_keyword(forward: Any) -> str:
-    """The name under which transformers' ``forward`` takes the KV cache (and its outputs
-    return it): ``cache`` in recent releases, ``past_key_values`` before (5.17, say)."""
-    import inspect
-
-    return "cache" if "cache" in inspect.signature(forward).parameters else "past_key_values"
 
 
 # ----------------------------------------------------------------------------- projections

@@ -232,7 +232,7 @@ def test_native_attention_runs_and_matches_the_torch_path(dtype, monkeypatch):
     exact too."""
     from adapld_cli.model import quant
 
-    if "AVX-512 BF16" not in (quant.unavailable() or ""):
+    if quant.target() is not None:
         assert kernels._native_attention() is not None, quant.unavailable()
     model = _packed("qwen2", dtype)
     gen = torch.Generator().manual_seed(4)
@@ -311,3 +311,17 @@ def test_native_attention_reads_a_preallocated_cache_in_place(dtype):
     assert keys.data_ptr() == k.data_ptr()  # used in place, not copied
     copies = ext.attention(q, k.contiguous(), v.contiguous(), *plan)
     assert torch.equal(ext.attention(q, keys, values, *plan), copies)
+
+
+def test_bfloat16_linears_compute_where_onednn_can():
+    """Packed bfloat16 linears run oneDNN's bfloat16 kernels where the CPU has them and
+    float32 ones elsewhere (AVX2), with bfloat16 outputs either way; the exactness tests
+    above run whichever this CPU takes."""
+    model = _packed("qwen2", torch.bfloat16)
+    native = torch.ops.mkldnn._is_mkldnn_bf16_supported()
+    packed = [m for m in model.modules() if isinstance(m, kernels.packed_linear_class())]
+    assert packed and all(
+        m.compute == (torch.bfloat16 if native else torch.float32) for m in packed
+    )
+    x = torch.randn(3, packed[0].in_features).to(torch.bfloat16)
+    assert packed[0](x).dtype == torch.bfloat16

@@ -3,8 +3,9 @@ GGUF's Q4_K / Q6_K blocks exactly, every row of an M-row product is the row comp
 (any M, any thread count), a K-quant GGUF loads onto them with ``--weights quantized`` (the
 default where they run), and its draft-tree rows equal single decoding steps bit for bit.
 Greedy AdaPLD on quantized tiny models is checked against plain decoding in test_kernels.py.
-These tests never skip for a missing compiler: on a CPU with AVX-512 BF16 the kernels must
-build (they skip only on a CPU without it, where adapld runs dequantised weights)."""
+These tests never skip for a missing compiler: on a CPU with AVX-512 BF16 or AVX2 + FMA the
+kernels must build (they skip only on a CPU with neither, where adapld runs dequantised
+weights); on an AVX2 CPU they test the AVX2 build (qmm_avx2.h)."""
 
 from __future__ import annotations
 
@@ -56,7 +57,7 @@ def q8_rows(x: torch.Tensor) -> torch.Tensor:
     return out
 
 
-ACTIVATIONS = [a for a in quant.ACTIVATIONS if a != "int8" or "avx512_vnni" in quant._cpu_flags()]
+ACTIVATIONS = list(quant.ACTIVATIONS)  # both run on either target
 
 
 @pytest.mark.parametrize("wide", [False, True], ids=["narrow", "wide"])
@@ -195,9 +196,9 @@ def test_kquant_gguf_loads_on_the_kernels_and_stays_exact(kquant_gguf, monkeypat
 
 
 def test_activations_choice_is_checked(kquant_gguf, monkeypatch):
-    vnni = "avx512_vnni" in quant._cpu_flags()
     monkeypatch.delenv(quant.ENV_ACTIVATIONS, raising=False)
-    assert quant.resolve_activations() == ("int8" if vnni else "bfloat16")
+    assert quant.resolve_activations() == "int8"
+    assert quant.resolve_activations("int8") == "int8"
     assert quant.resolve_activations("bfloat16") == "bfloat16"
     monkeypatch.setenv(quant.ENV_ACTIVATIONS, "int4")
     with pytest.raises(ModelError, match="ADAPLD_ACTIVATIONS=int4: use one of auto, int8"):
@@ -247,3 +248,40 @@ def test_kernels_load_once_per_process_whatever_the_home(tmp_path, monkeypatch):
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.stdout.strip() == "DecodeLayer", out.stderr
+
+
+def test_the_build_target_follows_the_cpu(monkeypatch):
+    """AVX-512 BF16 + VNNI builds qmm.cpp natively, AVX2 + FMA through qmm_avx2.h (the
+    tests above then run that build), anything less builds nothing; the flags of the chosen
+    target are the compiler's, and the header is part of the build's digest."""
+    native = quant.target()
+    assert native in quant.TARGETS  # this module runs only where the kernels do
+    assert set(quant.TARGETS[native][1]) <= set(quant.cflags())
+    assert all(h.is_file() for h in quant.HEADERS)
+    avx512 = set(quant.TARGETS["avx512"][0])
+    for flags, expected in [
+        (avx512 | {"avx2", "fma", "f16c"}, "avx512"),
+        ({"avx2", "fma", "f16c", "avx512f"}, "avx2"),  # AVX-512 without BF16: the AVX2 build
+        ({"avx2", "f16c"}, None),  # no FMA
+        ({"sse4_2"}, None),
+    ]:
+        monkeypatch.setattr(quant, "_cpu_flags", lambda flags=flags: flags)
+        assert quant.target() == expected
+        if expected is None:
+            assert quant._static_reason.__wrapped__() == (
+                "this CPU has neither AVX-512 BF16 nor AVX2 with FMA"
+            )
+            assert quant.cflags() == quant.COMMON_CFLAGS
+
+
+def test_auto_dtype_runs_a_gguf_on_the_kernels_on_any_target(kquant_gguf, monkeypatch):
+    """``--dtype auto`` on a CPU takes bfloat16 for a K-quant GGUF wherever the kernels run,
+    AVX2 CPUs included (where a model of float weights stays float32: oneDNN has no bfloat16
+    kernels there); dequantized weights keep the CPU's own choice."""
+    from adapld_cli.model.placement import cpu_bf16
+
+    monkeypatch.delenv("ADAPLD_WEIGHTS", raising=False)
+    loaded = load(str(kquant_gguf), device="cpu")
+    assert (loaded.weights, loaded.dtype) == ("quantized", "bfloat16")
+    plain = load(str(kquant_gguf), device="cpu", weights="dequantized")
+    assert plain.dtype == ("bfloat16" if cpu_bf16() else "float32")

@@ -1,7 +1,8 @@
 """Fast, batch-invariant CPU kernels for a loaded causal LM.
 
 Contract: :func:`apply` rewires a Hugging Face model in place, once, right after loading, so
-that on a CPU (float32, or bfloat16 where oneDNN supports it):
+that on a CPU (float32 or bfloat16; bfloat16 linears compute in float32 where oneDNN has no
+bfloat16 kernels, as on AVX2):
 
 - every ``nn.Linear`` (the LM head included) and GPT-2's ``Conv1D`` (a linear layer stored
   transposed) runs oneDNN with weights reordered once
@@ -10,13 +11,14 @@ that on a CPU (float32, or bfloat16 where oneDNN supports it):
   verification pass costs 2-3 single steps; prepacked, a 16-token pass costs about one.
 - the forward is *batch-invariant*: a row's result does not depend on how many rows share
   the pass. oneDNN's result for a row is bitwise independent of the number of rows while the
-  reduced dimension is at most :data:`K_CHUNK` (measured for M = 1..128 on AVX-512 CPUs;
-  longer reductions are blocked differently for different M), so a wider layer (the MLP's
-  down projection, 4,864 inputs) is summed from fixed chunks in a fixed order. Attention
-  runs each query exactly as a single-token decode step would (:func:`exact_attention`).
-  RMSNorm, RoPE, SiLU and residual adds are per row already. Hence a draft-tree pass
-  computes every node's logits bit for bit as plain decoding does, in any dtype: greedy
-  speculative decoding is then exactly plain greedy decoding, with no near-tie flips.
+  reduced dimension is at most :data:`K_CHUNK` (measured for M = 1..128 on AVX-512 CPUs, in
+  float32 on AVX2 too; longer reductions are blocked differently for different M), so a
+  wider layer (the MLP's down projection, 4,864 inputs) is summed from fixed chunks in a
+  fixed order. Attention runs each query exactly as a single-token decode step would
+  (:func:`exact_attention`). RMSNorm, RoPE, SiLU and residual adds are per row already.
+  Hence a draft-tree pass computes every node's logits bit for bit as plain decoding does,
+  in any dtype: greedy speculative decoding is then exactly plain greedy decoding, with no
+  near-tie flips.
 
 Modes (``$ADAPLD_KERNELS``, or the ``mode`` argument): ``exact`` (default: prepacked linears
 + batch-invariant attention; the loader then installs :mod:`adapld_cli.model.lean`'s
@@ -68,8 +70,6 @@ def supported(model: Any) -> str | None:
     ops = torch.ops.mkldnn
     if not (hasattr(ops, "_reorder_linear_weight") and hasattr(ops, "_linear_pointwise")):
         return "oneDNN linear ops missing"
-    if dtype == torch.bfloat16 and not ops._is_mkldnn_bf16_supported():
-        return "this CPU has no oneDNN bfloat16 support"
     return None
 
 
@@ -104,6 +104,8 @@ def _packed_linear_class() -> type:
 
         ``x [..., in_features] -> [..., out_features]`` in the weight's dtype. Inputs wider
         than :data:`K_CHUNK` are reduced in fixed chunks, summed in float32 in chunk order.
+        bfloat16 weights on a CPU without oneDNN bfloat16 (AVX2) are packed and computed in
+        float32 (:func:`compute_dtype`), the output rounded to bfloat16 once.
         """
 
         def __init__(self, linear: torch.nn.Module) -> None:
@@ -113,19 +115,21 @@ def _packed_linear_class() -> type:
                 w = w.t()
             self.out_features, self.in_features = w.shape
             self.dtype = w.dtype
+            self.compute = compute_dtype(w.dtype)
             self.bias = None if linear.bias is None else linear.bias.detach().clone()
             self.chunks: list[tuple[int, int, torch.Tensor]] = []  # (start, end, packed)
             for s in range(0, self.in_features, K_CHUNK):
                 e = min(s + K_CHUNK, self.in_features)
-                part = w[:, s:e].contiguous()
+                part = w[:, s:e].to(self.compute).contiguous()
                 self.chunks.append((s, e, torch.ops.mkldnn._reorder_linear_weight(part, 16)))
 
         def forward(self, x: torch.Tensor) -> torch.Tensor:
             shape = x.shape
-            x2 = x.reshape(-1, shape[-1]).to(self.dtype)  # [M, in]
+            x2 = x.reshape(-1, shape[-1]).to(self.compute)  # [M, in]
             run = torch.ops.mkldnn._linear_pointwise
             if len(self.chunks) == 1:
-                y = run(x2.contiguous(), self.chunks[0][2], self.bias, "none", [], "")
+                bias = None if self.bias is None else self.bias.to(self.compute)
+                y = run(x2.contiguous(), self.chunks[0][2], bias, "none", [], "")
             else:
                 acc = None  # [M, out] float32
                 for s, e, w in self.chunks:
@@ -134,7 +138,7 @@ def _packed_linear_class() -> type:
                 if self.bias is not None:
                     acc.add_(self.bias.float())
                 y = acc.to(self.dtype)
-            return y.reshape(*shape[:-1], self.out_features)
+            return y.to(self.dtype).reshape(*shape[:-1], self.out_features)
 
         def extra_repr(self) -> str:
             return (
@@ -143,6 +147,17 @@ def _packed_linear_class() -> type:
             )
 
     return PackedLinear
+
+
+def compute_dtype(dtype: Any) -> Any:
+    """The dtype a ``PackedLinear`` of ``dtype`` weights computes in: float32 for bfloat16
+    where oneDNN has no bfloat16 kernels on this CPU (AVX2: its float32 products are
+    batch-invariant too, measured for M = 1..128), else ``dtype`` itself."""
+    import torch
+
+    if dtype == torch.bfloat16 and not torch.ops.mkldnn._is_mkldnn_bf16_supported():
+        return torch.float32
+    return dtype
 
 
 _PACKED: type | None = None

@@ -47,7 +47,7 @@ from adapld_cli.model.paths import (
     cache_dir,
     models_dir,
 )
-from adapld_cli.model.placement import resolve_placement
+from adapld_cli.model.placement import Placement, resolve_placement
 from adapld_cli.model.progress import want_progress
 
 EMBEDDED = "embedded"
@@ -294,6 +294,24 @@ def resolve_weights(weights: str | None, target: Target, placement: Any) -> bool
     return reason is None
 
 
+def _placement(
+    target: Target, device: str | None, dtype: str, weights: str | None
+) -> tuple[Placement, bool]:
+    """``(placement, quantized)`` for a load: :func:`resolve_placement`, then
+    :func:`resolve_weights`. An ``auto`` dtype that came out float32 on a CPU (one without
+    native bfloat16, such as an AVX2 one) becomes bfloat16 for a GGUF or embedded model where
+    that lets the quantized kernels run: they take bfloat16 inputs on either kernel target,
+    and the rest of the model stays exact in bfloat16 (:mod:`adapld_cli.model.kernels`)."""
+    placement = resolve_placement(device, dtype)
+    auto = (dtype or "auto").strip().lower() == "auto"
+    cpu32 = placement.device == "cpu" and placement.dtype == "float32"
+    if auto and cpu32 and target.kind in (EMBEDDED, "gguf"):
+        bf16 = Placement(placement.device_map, placement.device, "bfloat16")
+        if resolve_weights(weights, target, bf16):
+            return bf16, True
+    return placement, resolve_weights(weights, target, placement)
+
+
 def _hub_cached(spec: str) -> Path | None:
     """The local HF-cache snapshot of a hub model, or None. Never touches the network."""
     try:
@@ -347,7 +365,7 @@ def prepare(
     if target.kind == "local":
         assert target.path is not None
         return target.path
-    quantized = resolve_weights(weights, target, resolve_placement(device, dtype))
+    _, quantized = _placement(target, device, dtype, weights)
     show = want_progress(progress)
     if quantized:
         quantized = _build_kernels(weights, show)
@@ -467,8 +485,7 @@ def load(
     """Load model + tokenizer for ``spec`` (see :func:`resolve_spec`), ready for the engine;
     ``weights``: see :func:`resolve_weights`."""
     target = classify(spec)
-    placement = resolve_placement(device, dtype)
-    quantized = resolve_weights(weights, target, placement)
+    placement, quantized = _placement(target, device, dtype, weights)
     show = want_progress(progress)
     if quantized:
         quantized = _build_kernels(weights, show)
@@ -607,8 +624,7 @@ def model_info(
     ``gguf`` and ``cache``.
     """
     target = classify(spec)
-    placement = resolve_placement(device, dtype)
-    quantized = resolve_weights(weights, target, placement)
+    placement, quantized = _placement(target, device, dtype, weights)
     info: dict[str, Any] = {
         "spec": target.spec,
         "name": target.name,

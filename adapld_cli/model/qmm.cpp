@@ -1,5 +1,7 @@
-// Batch-invariant weight-only quantized matrix products for CPUs with AVX-512 BF16.
-// Built once at run time by adapld_cli/model/quant.py (torch.utils.cpp_extension.load).
+// Batch-invariant weight-only quantized matrix products for CPUs with AVX-512 BF16, and for
+// CPUs with AVX2 + FMA through qmm_avx2.h (the same source, its 512-bit operations as pairs of
+// 256-bit ones). Built once at run time by adapld_cli/model/quant.py
+// (torch.utils.cpp_extension.load), with the flags of the CPU it runs on.
 //
 // Both kernels compute y[m, n] = sum_k x[m, k] * w[n, k] (+ bias[n]) for bfloat16 x with the
 // weights kept in the GGUF's own integers and scales, never dequantised to memory:
@@ -29,6 +31,10 @@
 #include <algorithm>
 #include <cstring>
 #include <vector>
+
+#ifndef __AVX512F__
+#include "qmm_avx2.h"
+#endif
 
 namespace {
 

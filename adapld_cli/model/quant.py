@@ -1,16 +1,17 @@
 """4- and 6-bit weights on a CPU, computed exactly as the GGUF stores them, batch-invariant.
 
 Contract:
-- :func:`unavailable` says in one line why the quantized kernels cannot run here (no
-  AVX-512 BF16, no C++ compiler or ninja, a failed build), or None. :func:`extension` builds
-  ``qmm.cpp`` once into the adapld cache (~30 s, under a file lock; later loads take
-  milliseconds) and returns the module.
+- :func:`unavailable` says in one line why the quantized kernels cannot run here (neither
+  AVX-512 BF16 nor AVX2 + FMA, no C++ compiler or ninja, a failed build), or None.
+  :func:`extension` builds ``qmm.cpp`` once into the adapld cache (~30 s, under a file
+  lock; later loads take milliseconds) and returns the module.
 - :class:`QuantLinear` is a linear layer over bfloat16 inputs whose weights stay in the
   GGUF's integers and scales: ``q4`` (Q4_K: 4-bit values, per group of 32 a 6-bit scale and
   min, per 256 a float16 ``d``/``dmin``) and ``q6`` (Q6_K: signed 6-bit values, per group of
   16 an int8 scale, per 256 a float16 ``d``). Its inputs go in as int8 per row and 256
-  inputs (the GGUF's own Q8_K) on CPUs with AVX-512 VNNI, else as bfloat16
-  (:func:`resolve_activations`, ``$ADAPLD_ACTIVATIONS``). Every row of an M-row call is bit
+  inputs (the GGUF's own Q8_K), or as bfloat16 (:func:`resolve_activations`,
+  ``$ADAPLD_ACTIVATIONS``). ``qmm.cpp`` is built for AVX-512 (BF16 + VNNI) or, through
+  ``qmm_avx2.h``, for AVX2 + FMA (:func:`target`). Every row of an M-row call is bit
   for bit the row computed alone, for any M (see ``qmm.cpp``), so with
   :mod:`adapld_cli.model.kernels`' exact attention a draft tree's rows equal single decoding
   steps, as with packed bfloat16.
@@ -32,15 +33,19 @@ KINDS = ("q4", "q6")
 GROUP = {"q4": 32, "q6": 16}
 SUPER = 256  # inputs per float16 d (a GGUF K-quant super-block)
 SOURCE = Path(__file__).with_name("qmm.cpp")
-CFLAGS = [
-    "-O3",
-    "-mavx512f",
-    "-mavx512bw",
-    "-mavx512vl",
-    "-mavx512bf16",
-    "-mavx512vnni",
-    "-fopenmp",
-]
+HEADERS = (SOURCE.with_name("qmm_avx2.h"),)  # what qmm.cpp includes from its folder
+# The build targets: the CPU flags each needs (as /proc/cpuinfo names them) and its compiler
+# flags. avx512: the native form. avx2: the same source through qmm_avx2.h, every 512-bit
+# operation as two 256-bit ones (int8 products by vpmaddubsw + vpmaddwd, exact for these
+# operands). The first target the CPU has is built.
+TARGETS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "avx512": (
+        ("avx512f", "avx512bw", "avx512vl", "avx512_bf16", "avx512_vnni"),
+        ("-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512bf16", "-mavx512vnni"),
+    ),
+    "avx2": (("avx2", "fma", "f16c"), ("-mavx2", "-mfma", "-mf16c")),
+}
+COMMON_CFLAGS = ["-O3", "-fopenmp"]
 # -fopenmp: at::parallel_for runs on OpenMP; the extension binds to the libgomp torch loaded
 
 ACTIVATIONS = ("int8", "bfloat16")
@@ -64,12 +69,25 @@ def _cpu_flags() -> set[str]:
     return set()
 
 
+def target() -> str | None:
+    """The build target of this CPU (a key of :data:`TARGETS`), or None where it has neither
+    AVX-512 BF16 nor AVX2 + FMA."""
+    flags = _cpu_flags()
+    return next((name for name, (need, _) in TARGETS.items() if set(need) <= flags), None)
+
+
+def cflags() -> list[str]:
+    """The compiler flags of this CPU's target (see :func:`target`)."""
+    name = target()
+    return COMMON_CFLAGS + (list(TARGETS[name][1]) if name else [])
+
+
 @functools.lru_cache(maxsize=1)
 def _static_reason() -> str | None:
     import shutil
 
-    if "avx512_bf16" not in _cpu_flags():
-        return "this CPU has no AVX-512 BF16"
+    if target() is None:
+        return "this CPU has neither AVX-512 BF16 nor AVX2 with FMA"
     if shutil.which("c++") is None and shutil.which("g++") is None:
         return "no C++ compiler (c++/g++) on PATH"
     _ninja_on_path()
@@ -104,18 +122,15 @@ def unavailable() -> str | None:
 
 def resolve_activations(value: str | None = None) -> str:
     """How the quantized linears take their inputs: ``value``, else ``$ADAPLD_ACTIVATIONS``,
-    else ``int8`` on a CPU with AVX-512 VNNI (the faster: README, Performance) and ``bfloat16``
-    elsewhere. ``int8`` where VNNI is missing, or an unknown value, raises ``ValueError``."""
+    else ``int8`` (the faster on both targets: README, Performance). Both forms run wherever
+    the kernels do; an unknown value raises ``ValueError``."""
     import os
 
     name = (value or os.environ.get(ENV_ACTIVATIONS, "") or "auto").strip().lower()
-    vnni = "avx512_vnni" in _cpu_flags()
     if name == "auto":
-        return "int8" if vnni else "bfloat16"
+        return "int8"
     if name not in ACTIVATIONS:
         raise ValueError(f"{ENV_ACTIVATIONS}={name}: use one of auto, {', '.join(ACTIVATIONS)}")
-    if name == "int8" and not vnni:
-        raise ValueError(f"{ENV_ACTIVATIONS}=int8: this CPU has no AVX-512 VNNI")
     return name
 
 
@@ -123,7 +138,8 @@ def resolve_activations(value: str | None = None) -> str:
 def _digest() -> str:
     import torch
 
-    data = SOURCE.read_bytes() + " ".join(CFLAGS).encode() + torch.__version__.encode()
+    sources = b"".join(path.read_bytes() for path in (SOURCE, *HEADERS))
+    data = sources + " ".join(cflags()).encode() + torch.__version__.encode()
     return hashlib.sha256(data).hexdigest()[:12]
 
 
@@ -170,7 +186,7 @@ def extension(progress: bool = False) -> Any:
                     module = load(
                         name=name,
                         sources=[str(SOURCE)],
-                        extra_cflags=CFLAGS,
+                        extra_cflags=cflags(),
                         extra_ldflags=["-fopenmp"],
                         build_directory=str(folder),
                         verbose=False,

@@ -1,4 +1,5 @@
-"""Packaging: every sub-package is listed in pyproject and prompts/ ships as a package."""
+"""Packaging: every sub-package is listed in pyproject, prompts/ ships as a package and the
+kernel sources ship as package data."""
 
 from __future__ import annotations
 
@@ -30,3 +31,22 @@ def test_prompts_and_sample_are_resources():
     prompts = importlib.resources.files("adapld_cli.prompts")
     assert (prompts / "default.txt").is_file()
     assert (importlib.resources.files("adapld_cli.data") / "inventory.py").is_file()
+
+
+def test_the_kernel_sources_ship():
+    """qmm.cpp and every header it includes are package data (a wheel builds the kernels
+    from them on the user's machine)."""
+    import fnmatch
+
+    from adapld_cli.model import quant
+
+    cfg = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    globs = cfg["package-data"]["adapld_cli.model"]
+    for path in (quant.SOURCE, *quant.HEADERS):
+        assert any(fnmatch.fnmatch(path.name, g) for g in globs), path.name
+    included = {
+        line.split('"')[1]
+        for line in quant.SOURCE.read_text().splitlines()
+        if line.startswith('#include "')
+    }
+    assert included == {h.name for h in quant.HEADERS}

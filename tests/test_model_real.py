@@ -29,7 +29,10 @@ CODE = (
 
 def test_embedded_model_loads_offline(embedded):
     assert (embedded.source, embedded.name) == ("embedded", "coder-0.5b")
-    assert (embedded.device, embedded.dtype) == ("cpu", resolve_placement("cpu").dtype)
+    # auto placement: bfloat16 wherever the 4-bit kernels run (either kernel target), else
+    # what resolve_placement gives the CPU
+    expected = "bfloat16" if embedded.weights == "quantized" else resolve_placement("cpu").dtype
+    assert (embedded.device, embedded.dtype) == ("cpu", expected)
     assert not embedded.model.training
     config = embedded.model.config
     assert (config.model_type, config.num_hidden_layers, config.hidden_size) == ("qwen2", 24, 896)

@@ -272,6 +272,24 @@ def test_the_build_target_follows_the_cpu(monkeypatch):
                 "this CPU has neither AVX-512 BF16 nor AVX2 with FMA"
             )
             assert quant.cflags() == quant.COMMON_CFLAGS
+    # $ADAPLD_QMM_TARGET names a build; one the CPU lacks (or an unknown name) builds nothing
+    both = avx512 | {"avx2", "fma", "f16c"}
+    for flags, wanted, expected, reason in [
+        (both, "avx2", "avx2", None),
+        (both, "AVX512", "avx512", None),
+        (
+            {"avx2", "fma", "f16c"},
+            "avx512",
+            None,
+            "ADAPLD_QMM_TARGET=avx512: this CPU lacks avx512_bf16, ",
+        ),
+        (both, "sse", None, "ADAPLD_QMM_TARGET=sse: use one of auto, avx512, avx2"),
+    ]:
+        monkeypatch.setattr(quant, "_cpu_flags", lambda flags=flags: flags)
+        monkeypatch.setenv(quant.ENV_TARGET, wanted)
+        assert quant.target() == expected
+        if reason:
+            assert quant._static_reason.__wrapped__().startswith(reason)
 
 
 def test_auto_dtype_runs_a_gguf_on_the_kernels_on_any_target(kquant_gguf, monkeypatch):
@@ -285,3 +303,87 @@ def test_auto_dtype_runs_a_gguf_on_the_kernels_on_any_target(kquant_gguf, monkey
     assert (loaded.weights, loaded.dtype) == ("quantized", "bfloat16")
     plain = load(str(kquant_gguf), device="cpu", weights="dequantized")
     assert plain.dtype == ("bfloat16" if cpu_bf16() else "float32")
+
+
+def _float32_product(layer, x: torch.Tensor) -> torch.Tensor:
+    """``layer(x)`` as the kernel's float32 sums, before its rounding to bfloat16."""
+    if layer.int8:
+        args = (layer.kind, x, layer.qp, layer.sc, layer.dd, layer.offsets, layer.fbias)
+        return layer.run_i8(*args, True)
+    return layer.run(x, layer.qp, layer.sc, layer.dd, layer.fbias, True)
+
+
+def cross_build_outputs(gguf: str, out: str) -> None:
+    """What the test below compares, computed by the build ``$ADAPLD_QMM_TARGET`` picks (run
+    in a process of its own: one process loads one build): every quantized product of the
+    row-count test (both kinds and activations, narrow and wide, 65 rows and one, in bfloat16
+    and as the float32 sums before that rounding), and the
+    K-quant GGUF's logits over a prompt and over a widest draft tree, both activations."""
+    import os
+
+    from adapld_cli.engine.adapter import ModelRunner
+    from adapld_cli.engine.tree import tree_mask
+
+    results: dict[str, torch.Tensor] = {"target": torch.tensor(list(quant.target().encode()))}
+    with torch.no_grad():
+        for kind in quant.KINDS:
+            for activations in ACTIVATIONS:
+                for wide in (False, True):
+                    layer, w, _ = _layer(kind, activations=activations, wide=wide)
+                    gen = torch.Generator().manual_seed(1)
+                    x = torch.randn(65, w.shape[1], generator=gen).bfloat16()
+                    key = f"{kind}-{activations}-{wide}"
+                    results[key], results[key + "-row"] = layer(x), layer(x[:1])
+                    results[key + "-f32"] = _float32_product(layer, x)  # before rounding
+        for activations in ACTIVATIONS:
+            os.environ[quant.ENV_ACTIVATIONS] = activations
+            model = load(gguf, device="cpu", dtype="bfloat16").model
+            results[f"logits-{activations}"] = model(torch.tensor([list(range(3, 40))])).logits
+            runner = ModelRunner(model, hidden_layer=None, want_hidden=False)
+            gen = torch.Generator().manual_seed(0)
+            runner.prefill(torch.randint(0, 250, (40,), generator=gen).tolist(), 0)
+            parents = dfs_tree(65, seed=1)
+            depths: list[int] = []
+            for p in parents:
+                depths.append(0 if p < 0 else depths[p] + 1)
+            tokens = torch.randint(0, 250, (len(parents),), generator=gen).tolist()
+            mask = tree_mask(parents, runner.cache_len, runner.dtype, runner.device)
+            rows = runner.step(tokens, depths, mask).logits.rows(list(range(len(tokens))))
+            results[f"tree-{activations}"] = rows
+    torch.save(results, out)
+
+
+def test_the_avx2_build_computes_what_the_avx512_build_does(kquant_gguf, tmp_path):
+    """qmm_avx2.h's emulation is bit-exact: on a CPU that runs both builds, each one's
+    products and a K-quant model's logits (prompt and draft tree, int8 and bfloat16
+    activations) are the other's bit for bit, so every exactness test run on one target
+    holds on the other. Needs an AVX-512 BF16 CPU (an AVX2-only one has nothing to compare
+    with; there the tests above run the AVX2 build itself)."""
+    import os
+    import subprocess
+    import sys
+
+    if not set(quant.TARGETS["avx512"][0]) | set(quant.TARGETS["avx2"][0]) <= quant._cpu_flags():
+        pytest.skip("needs a CPU that runs both builds (AVX-512 BF16 and AVX2)")
+    code = (
+        "import sys\nfrom tests.test_quant import cross_build_outputs\n"
+        "cross_build_outputs(sys.argv[1], sys.argv[2])\n"
+    )
+    root = Path(__file__).resolve().parent.parent
+    got = {}
+    for name in ("avx512", "avx2"):
+        env = {**os.environ, quant.ENV_TARGET: name}
+        out = tmp_path / f"{name}.pt"
+        done = subprocess.run(
+            [sys.executable, "-c", code, str(kquant_gguf), str(out)],
+            cwd=root,
+            env=env,
+            capture_output=True,
+            text=True,
+        )
+        assert done.returncode == 0, done.stderr[-2000:]
+        got[name] = torch.load(out)
+        assert bytes(got[name].pop("target").tolist()).decode() == name
+    assert got["avx512"].keys() == got["avx2"].keys() and len(got["avx2"]) == 28
+    for key, value in got["avx512"].items():
+        assert torch.equal(value, got["avx2"][key]), key

@@ -55,9 +55,9 @@ WeightsOpt = Annotated[
         "--weights",
         metavar="MODE",
         help="auto, quantized or dequantized. quantized: run a GGUF's 4/6-bit weights as they "
-        "are, on adapld's CPU kernels (bfloat16, AVX-512 BF16); dequantized: expand them to "
-        "--dtype. auto: quantized wherever it runs (see README). Default: $ADAPLD_WEIGHTS, "
-        "else auto.",
+        "are, on adapld's CPU kernels (bfloat16; AVX-512 BF16 or AVX2); dequantized: expand "
+        "them to --dtype. auto: quantized wherever it runs (see README). Default: "
+        "$ADAPLD_WEIGHTS, else auto.",
         rich_help_panel=MODEL_PANEL,
         show_default=False,
     ),

@@ -11,7 +11,8 @@ Contract:
   16 an int8 scale, per 256 a float16 ``d``). Its inputs go in as int8 per row and 256
   inputs (the GGUF's own Q8_K), or as bfloat16 (:func:`resolve_activations`,
   ``$ADAPLD_ACTIVATIONS``). ``qmm.cpp`` is built for AVX-512 (BF16 + VNNI) or, through
-  ``qmm_avx2.h``, for AVX2 + FMA (:func:`target`). Every row of an M-row call is bit
+  ``qmm_avx2.h``, for AVX2 + FMA (:func:`target`; ``$ADAPLD_QMM_TARGET`` forces one), the
+  two bit for bit alike. Every row of an M-row call is bit
   for bit the row computed alone, for any M (see ``qmm.cpp``), so with
   :mod:`adapld_cli.model.kernels`' exact attention a draft tree's rows equal single decoding
   steps, as with packed bfloat16.
@@ -45,6 +46,7 @@ TARGETS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     ),
     "avx2": (("avx2", "fma", "f16c"), ("-mavx2", "-mfma", "-mf16c")),
 }
+ENV_TARGET = "ADAPLD_QMM_TARGET"  # auto (the first the CPU has) or a key of TARGETS
 COMMON_CFLAGS = ["-O3", "-fopenmp"]
 # -fopenmp: at::parallel_for runs on OpenMP; the extension binds to the libgomp torch loaded
 
@@ -69,11 +71,19 @@ def _cpu_flags() -> set[str]:
     return set()
 
 
+def _wanted_target() -> str:
+    import os
+
+    return (os.environ.get(ENV_TARGET, "") or "auto").strip().lower()
+
+
 def target() -> str | None:
     """The build target of this CPU (a key of :data:`TARGETS`), or None where it has neither
-    AVX-512 BF16 nor AVX2 + FMA."""
-    flags = _cpu_flags()
-    return next((name for name, (need, _) in TARGETS.items() if set(need) <= flags), None)
+    AVX-512 BF16 nor AVX2 + FMA. ``$ADAPLD_QMM_TARGET`` names one (an AVX-512 CPU can run the
+    AVX2 build: the tests compare the two); None where the CPU lacks it."""
+    flags, wanted = _cpu_flags(), _wanted_target()
+    names = list(TARGETS) if wanted == "auto" else [wanted] if wanted in TARGETS else []
+    return next((name for name in names if set(TARGETS[name][0]) <= flags), None)
 
 
 def cflags() -> list[str]:
@@ -87,7 +97,14 @@ def _static_reason() -> str | None:
     import shutil
 
     if target() is None:
-        return "this CPU has neither AVX-512 BF16 nor AVX2 with FMA"
+        wanted = _wanted_target()
+        if wanted == "auto":
+            return "this CPU has neither AVX-512 BF16 nor AVX2 with FMA"
+        if wanted not in TARGETS:
+            return f"{ENV_TARGET}={wanted}: use one of auto, {', '.join(TARGETS)}"
+        return f"{ENV_TARGET}={wanted}: this CPU lacks " + ", ".join(
+            sorted(set(TARGETS[wanted][0]) - _cpu_flags())
+        )
     if shutil.which("c++") is None and shutil.which("g++") is None:
         return "no C++ compiler (c++/g++) on PATH"
     _ninja_on_path()

@@ -589,10 +589,12 @@ inline __m512i vnni(__m512i c, __m512i w, __m512i x) {
   else return _mm512_dpbusd_epi32(c, x, w);
 }
 
-// R rows x one group of 4*P inputs at dword x (the row block's layout): A[r] += sc * sum(w xq).
+// c[r] = sum over p < P of the 4-byte dot products of w[p] and row r's input dword
+// x[p * R + r] (one group of 4*P inputs, R rows of a row block): exact integers. The AVX2
+// build sums them with fewer instructions (qmm_avx2.h), the same integers.
 template <int R, int P>
-inline void dots(const int32_t* x, const __m512i* w, __m512i sc, __m512i* A) {
-  __m512i c[R];
+inline void group_dots(const int32_t* x, const __m512i* w, __m512i* c) {
+#ifdef __AVX512F__
   for (int r = 0; r < R; ++r) c[r] = _mm512_setzero_si512();
 #pragma GCC unroll 8
   for (int p = 0; p < P; ++p) {
@@ -600,6 +602,16 @@ inline void dots(const int32_t* x, const __m512i* w, __m512i sc, __m512i* A) {
     for (int r = 0; r < R; ++r)
       c[r] = vnni<P>(c[r], w[p], _mm512_set1_epi32(x[p * R + r]));
   }
+#else
+  qmm_avx2::group_dots_i16<R, P>(x, w, c);
+#endif
+}
+
+// R rows x one group of 4*P inputs at dword x (the row block's layout): A[r] += sc * sum(w xq).
+template <int R, int P>
+inline void dots(const int32_t* x, const __m512i* w, __m512i sc, __m512i* A) {
+  __m512i c[R];
+  group_dots<R, P>(x, w, c);
   for (int r = 0; r < R; ++r) A[r] = _mm512_add_epi32(A[r], _mm512_mullo_epi32(sc, c[r]));
 }
 
@@ -692,13 +704,7 @@ inline void block_sums(const int32_t* x, int64_t g0, int64_t ng, const __m512i* 
   for (int64_t gl = 0; gl < ng; ++gl) {
     const int32_t* xg = x + (g0 + gl) * P * R;
     __m512i c[R];
-    for (int r = 0; r < R; ++r) c[r] = _mm512_setzero_si512();
-#pragma GCC unroll 8
-    for (int p = 0; p < P; ++p) {
-      const __m512i w = wb[gl * P + p];
-#pragma GCC unroll 8
-      for (int r = 0; r < R; ++r) c[r] = vnni<P>(c[r], w, _mm512_set1_epi32(xg[p * R + r]));
-    }
+    group_dots<R, P>(xg, wb + gl * P, c);
     const __m512i sc = scb[gl];
     for (int r = 0; r < R; ++r) A[r] = _mm512_add_epi32(A[r], _mm512_mullo_epi32(sc, c[r]));
   }

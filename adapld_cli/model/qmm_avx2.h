@@ -16,8 +16,8 @@
 //     (bf16 products are exact in float32; denormals are kept, where the instruction flushes
 //     them: a difference no normal input meets);
 //   - vcvtneps2bf16 rounds to nearest even (NaN stays NaN).
-// So the AVX2 build computes what the AVX-512 build computes (no bit-equality between the
-// builds is relied on: each is batch-invariant on its own, which is what the engine needs).
+// So the AVX2 build computes what the AVX-512 build computes, bit for bit (tests/test_quant.py
+// compares the two builds on a CPU that runs both; $ADAPLD_QMM_TARGET=avx2 picks this one).
 // Cross-lane permutes and masked 16-bit loads go through memory: none is on a hot path.
 #pragma once
 
@@ -186,6 +186,56 @@ inline V16i dpbusd_epi32(V16i c, V16i u, V16i s) {
             _mm256_add_epi32(c.hi, _mm256_madd_epi16(_mm256_maddubs_epi16(u.hi, s.hi), one)));
 }
 inline V16i dpwssd_epi32(V16i c, V16i a, V16i b) { return add_epi32(c, madd_epi16(a, b)); }
+
+// One group's exact integer sums for R rows (qmm.cpp's group_dots): dword j of c[r] = the sum
+// over p < P of the 4-byte dot product of dword j of w[p] and row r's input dword x[p * R + r],
+// the vpdpbusd chain's integers. Without VNNI a chain step is three instructions (vpmaddubsw,
+// vpmaddwd, vpaddd); here the byte products are summed in int16 and widened once per STEP
+// steps, which no sum can overflow: q4 (P = 8, unsigned weights 0..15 times signed inputs of
+// at most 127) all 8 steps, |sum| <= 16 * 15 * 127 = 30,480; q6 (P = 4, unsigned inputs
+// 0..255 times signed weights -32..31) 2 steps, |sum| <= 4 * 255 * 32 = 32,640. RT rows at a
+// time: their sums fit AVX2's 16 registers (all R = 8 rows' would not), each weight load
+// serves RT rows.
+template <int R, int P>
+inline void group_dots_i16(const int32_t* x, const V16i* w, V16i* c) {
+  constexpr int STEP = P == 8 ? 8 : 2;
+  constexpr int RT = R < 2 ? R : 2;  // rows at a time (R: 8, 4 or 1); 1 and 4 were no faster
+  const __m256i one = _mm256_set1_epi16(1);
+#pragma GCC unroll 8
+  for (int r0 = 0; r0 < R; r0 += RT) {
+    __m256i lo[RT], hi[RT];  // int32
+#pragma GCC unroll 8
+    for (int r = 0; r < RT; ++r) lo[r] = hi[r] = _mm256_setzero_si256();
+#pragma GCC unroll 4
+    for (int p0 = 0; p0 < P; p0 += STEP) {
+      __m256i slo[RT], shi[RT];  // int16
+#pragma GCC unroll 8
+      for (int r = 0; r < RT; ++r) slo[r] = shi[r] = _mm256_setzero_si256();
+#pragma GCC unroll 8
+      for (int p = p0; p < p0 + STEP; ++p) {
+        const __m256i wl = w[p].lo, wh = w[p].hi;
+#pragma GCC unroll 8
+        for (int r = 0; r < RT; ++r) {
+          const __m256i b = _mm256_set1_epi32(x[p * R + r0 + r]);
+          if constexpr (P == 8) {  // weights unsigned
+            slo[r] = _mm256_add_epi16(slo[r], _mm256_maddubs_epi16(wl, b));
+            shi[r] = _mm256_add_epi16(shi[r], _mm256_maddubs_epi16(wh, b));
+          } else {  // inputs unsigned
+            slo[r] = _mm256_add_epi16(slo[r], _mm256_maddubs_epi16(b, wl));
+            shi[r] = _mm256_add_epi16(shi[r], _mm256_maddubs_epi16(b, wh));
+          }
+        }
+      }
+#pragma GCC unroll 8
+      for (int r = 0; r < RT; ++r) {
+        lo[r] = _mm256_add_epi32(lo[r], _mm256_madd_epi16(slo[r], one));
+        hi[r] = _mm256_add_epi32(hi[r], _mm256_madd_epi16(shi[r], one));
+      }
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < RT; ++r) c[r0 + r] = mk(lo[r], hi[r]);
+  }
+}
 inline V16i maskz_mov_epi32(Mask16 m, V16i a) {
   return mk(_mm256_and_si256(a.lo, mask_lo(m)), _mm256_and_si256(a.hi, mask_hi(m)));
 }

@@ -56,6 +56,16 @@ def _env(monkeypatch):
         yield
 
 
+def tree_pass(runner: ModelRunner, tokens: list[int], parents: list[int]) -> torch.Tensor:
+    """One draft-tree pass over ``tokens`` after the runner's cache (``parents`` in depth-first
+    order): every node's logits, ``[len(tokens), vocab]``."""
+    depths: list[int] = []
+    for p in parents:
+        depths.append(0 if p < 0 else depths[p] + 1)
+    mask = tree_mask(parents, runner.cache_len, runner.dtype, runner.device)
+    return runner.step(tokens, depths, mask).logits.rows(list(range(len(tokens))))
+
+
 def tree_vs_sequential(model, prefix: list[int], tokens: list[int], parents: list[int]):
     """Logits of one tree pass over ``tokens`` (after ``prefix``) vs each node's logits from
     plain decoding of its root path, one token per pass (each node fed once: the cache is
@@ -64,11 +74,7 @@ def tree_vs_sequential(model, prefix: list[int], tokens: list[int], parents: lis
     runner = ModelRunner(model, hidden_layer=None, want_hidden=False)
     runner.prefill(prefix, 0)
     past = runner.cache_len
-    depths: list[int] = []
-    for p in parents:
-        depths.append(0 if p < 0 else depths[p] + 1)
-    mask = tree_mask(parents, past, runner.dtype, runner.device)
-    batch = runner.step(tokens, depths, mask).logits.rows(list(range(len(tokens))))
+    batch = tree_pass(runner, tokens, parents)
     runner.keep(past, [])
     fed: list[int] = []  # nodes whose tokens are in the cache after the prefix, root first
     equal, worst = 0, 0.0
@@ -243,11 +249,7 @@ def test_native_attention_runs_and_matches_the_torch_path(dtype, monkeypatch):
     def tree_logits():
         runner = ModelRunner(model, hidden_layer=None, want_hidden=False)
         runner.prefill(prefix, 0)
-        depths: list[int] = []
-        for p in parents:
-            depths.append(0 if p < 0 else depths[p] + 1)
-        mask = tree_mask(parents, runner.cache_len, runner.dtype, runner.device)
-        return runner.step(tokens, depths, mask).logits.rows(list(range(len(tokens)))).float()
+        return tree_pass(runner, tokens, parents).float()
 
     native = tree_logits()
     monkeypatch.setattr(kernels, "_NATIVE", False)

@@ -589,30 +589,35 @@ inline __m512i vnni(__m512i c, __m512i w, __m512i x) {
   else return _mm512_dpbusd_epi32(c, x, w);
 }
 
-// c[r] = sum over p < P of the 4-byte dot products of w[p] and row r's input dword
-// x[p * R + r] (one group of 4*P inputs, R rows of a row block): exact integers. The AVX2
-// build sums them with fewer instructions (qmm_avx2.h), the same integers.
-template <int R, int P>
-inline void group_dots(const int32_t* x, const __m512i* w, __m512i* c) {
+// A group's scales (int32 per column) in the form scaled_dots takes: as they are on AVX-512;
+// on AVX2 as int16 pairs (qmm_avx2.h pair_epi16), which scale the int16 sums as they widen.
+inline __m512i dot_scale(__m512i sc) {
 #ifdef __AVX512F__
+  return sc;
+#else
+  return qmm_avx2::pair_epi16(sc);
+#endif
+}
+
+// A[r] += sc * the sum over p < P of the 4-byte dot products of w[p] and row r's input dword
+// x[p * RS + r] (one group of 4*P inputs, R rows of a row block of RS rows; sc from
+// dot_scale): exact integers. The AVX2 build gets the same integers with fewer instructions
+// (qmm_avx2.h scaled_dots_i16).
+template <int R, int P, int RS = R>
+inline void scaled_dots(const int32_t* x, const __m512i* w, __m512i sc, __m512i* A) {
+#ifdef __AVX512F__
+  __m512i c[R];
   for (int r = 0; r < R; ++r) c[r] = _mm512_setzero_si512();
 #pragma GCC unroll 8
   for (int p = 0; p < P; ++p) {
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r)
-      c[r] = vnni<P>(c[r], w[p], _mm512_set1_epi32(x[p * R + r]));
+      c[r] = vnni<P>(c[r], w[p], _mm512_set1_epi32(x[p * RS + r]));
   }
-#else
-  qmm_avx2::group_dots_i16<R, P>(x, w, c);
-#endif
-}
-
-// R rows x one group of 4*P inputs at dword x (the row block's layout): A[r] += sc * sum(w xq).
-template <int R, int P>
-inline void dots(const int32_t* x, const __m512i* w, __m512i sc, __m512i* A) {
-  __m512i c[R];
-  group_dots<R, P>(x, w, c);
   for (int r = 0; r < R; ++r) A[r] = _mm512_add_epi32(A[r], _mm512_mullo_epi32(sc, c[r]));
+#else
+  qmm_avx2::scaled_dots_i16<R, P, RS>(x, w, sc, A);
+#endif
 }
 
 // All rows for group g (4*P inputs): the row blocks of quantize_rows' layout.
@@ -622,9 +627,9 @@ inline void dots_all(const int32_t* xq, int64_t K, int64_t M, int64_t g, const _
   for (int64_t m = 0; m < M;) {
     const int R = block_rows(M, m);
     const int32_t* x = xq + m * K / 4 + g * P * R;
-    if (R == RB) dots<RB, P>(x, w, sc, A + m);
-    else if (R == 4) dots<4, P>(x, w, sc, A + m);
-    else dots<1, P>(x, w, sc, A + m);
+    if (R == RB) scaled_dots<RB, P>(x, w, sc, A + m);
+    else if (R == 4) scaled_dots<4, P>(x, w, sc, A + m);
+    else scaled_dots<1, P>(x, w, sc, A + m);
     m += R;
   }
 }
@@ -652,7 +657,8 @@ inline __m512 close_row(bool q4, __m512i A, __m512i B, float xs, __m512 d, __m51
 constexpr int64_t BLOCKED_ROWS = 64;
 
 // Unpack groups g0 .. g1 - 1 of tile t into wb[(g - g0) * P + i] (VNNI dwords: dword c of
-// vector i = q[c][4i .. 4i + 3] as bytes, q6: signed) and their scales into scb[g - g0]; both
+// vector i = q[c][4i .. 4i + 3] as bytes, q6: signed) and their scales into scb[g - g0] (in
+// dot_scale's form); both
 // forms of mm_i8 unpack with these (the group-by-group one a group at a time).
 inline void unpack_q4(const uint8_t* Q, const uint8_t* SC, int64_t t, int64_t K, int64_t G,
                       int64_t g0, int64_t g1, __m512i* wb, __m512i* scb) {
@@ -667,7 +673,7 @@ inline void unpack_q4(const uint8_t* Q, const uint8_t* SC, int64_t t, int64_t K,
       const __m512i v = _mm512_or_si512(b0, _mm512_slli_epi32(b1, 16));
       w[i] = _mm512_ternarylogic_epi32(v, _mm512_slli_epi32(v, 4), nib, 0xA8);
     }
-    scb[g - g0] = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i*)(SC + ((t * G + g) * 2) * 16)));
+    scb[g - g0] = dot_scale(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i*)(SC + ((t * G + g) * 2) * 16))));
   }
 }
 
@@ -679,7 +685,7 @@ inline void unpack_q6(const uint8_t* Q, const uint8_t* SC, int64_t t, int64_t K,
     __m512i* w = wb + (g - g0) * 4;
 #pragma GCC unroll 4
     for (int i = 0; i < 4; ++i) w[i] = _mm512_sub_epi8(unpack_q6_u(qg, i), off);  // signed q
-    scb[g - g0] = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i*)(SC + (t * G + g) * 16)));
+    scb[g - g0] = dot_scale(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i*)(SC + (t * G + g) * 16))));
   }
 }
 
@@ -695,20 +701,24 @@ inline __m512i mins_pair(const uint8_t* SC, int64_t t, int64_t G, int64_t j) {
 }
 
 // A[r] = sum over the ng groups from g0 of sc_g * sum(w xq) for the R rows of one row block
-// (x: the block's dwords, quantize_rows' layout), accumulated in registers.
+// (x: the block's dwords, quantize_rows' layout), accumulated in registers: all R rows at once
+// on AVX-512 (8 of its 32 registers), two at a time on AVX2 (8 rows' sums alone would fill its
+// 16, and spill).
 template <int R, int P>
 inline void block_sums(const int32_t* x, int64_t g0, int64_t ng, const __m512i* wb,
                        const __m512i* scb, __m512i* out) {
-  __m512i A[R];
-  for (int r = 0; r < R; ++r) A[r] = _mm512_setzero_si512();
-  for (int64_t gl = 0; gl < ng; ++gl) {
-    const int32_t* xg = x + (g0 + gl) * P * R;
-    __m512i c[R];
-    group_dots<R, P>(xg, wb + gl * P, c);
-    const __m512i sc = scb[gl];
-    for (int r = 0; r < R; ++r) A[r] = _mm512_add_epi32(A[r], _mm512_mullo_epi32(sc, c[r]));
+#ifdef __AVX512F__
+  constexpr int RT = R;
+#else
+  constexpr int RT = R < 2 ? R : 2;
+#endif
+  for (int r0 = 0; r0 < R; r0 += RT) {
+    __m512i A[RT];
+    for (int r = 0; r < RT; ++r) A[r] = _mm512_setzero_si512();
+    for (int64_t gl = 0; gl < ng; ++gl)
+      scaled_dots<RT, P, R>(x + (g0 + gl) * P * R + r0, wb + gl * P, scb[gl], A);
+    for (int r = 0; r < RT; ++r) out[r0 + r] = A[r];
   }
-  for (int r = 0; r < R; ++r) out[r] = A[r];
 }
 
 template <int P>

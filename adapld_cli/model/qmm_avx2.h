@@ -187,25 +187,34 @@ inline V16i dpbusd_epi32(V16i c, V16i u, V16i s) {
 }
 inline V16i dpwssd_epi32(V16i c, V16i a, V16i b) { return add_epi32(c, madd_epi16(a, b)); }
 
-// One group's exact integer sums for R rows (qmm.cpp's group_dots): dword j of c[r] = the sum
-// over p < P of the 4-byte dot product of dword j of w[p] and row r's input dword x[p * R + r],
-// the vpdpbusd chain's integers. Without VNNI a chain step is three instructions (vpmaddubsw,
-// vpmaddwd, vpaddd); here the byte products are summed in int16 and widened once per STEP
-// steps, which no sum can overflow: q4 (P = 8, unsigned weights 0..15 times signed inputs of
-// at most 127) all 8 steps, |sum| <= 16 * 15 * 127 = 30,480; q6 (P = 4, unsigned inputs
-// 0..255 times signed weights -32..31) 2 steps, |sum| <= 4 * 255 * 32 = 32,640. RT rows at a
-// time: their sums fit AVX2's 16 registers (all R = 8 rows' would not), each weight load
-// serves RT rows.
-template <int R, int P>
-inline void group_dots_i16(const int32_t* x, const V16i* w, V16i* c) {
+// A group's scales in the form scaled_dots_i16 takes them: the int32 scale of each column
+// (|sc| < 2^15: q4 0..63, q6 -128..127) as two equal int16 in its dword.
+inline V16i pair_epi16(V16i sc) {
+  const __m256i low = _mm256_set1_epi32(0xFFFF);
+  return mk(_mm256_or_si256(_mm256_and_si256(sc.lo, low), _mm256_slli_epi32(sc.lo, 16)),
+            _mm256_or_si256(_mm256_and_si256(sc.hi, low), _mm256_slli_epi32(sc.hi, 16)));
+}
+
+// One group for R rows (qmm.cpp's scaled_dots): A[r] += sc * the sum over p < P of the 4-byte
+// dot products of w[p] and row r's input dword x[p * RS + r] (RS: the rows of the row block's
+// layout), per column: the vpdpbusd chain's exact integers times the scale. Without VNNI a
+// chain step is three instructions (vpmaddubsw, vpmaddwd, vpaddd); here the byte products are
+// summed in int16, which no sum can overflow: q4 (P = 8, unsigned weights 0..15 times signed
+// inputs of at most 127) all 8 steps, |sum| <= 16 * 15 * 127 = 30,480; q6 (P = 4, unsigned
+// inputs 0..255 times signed weights -32..31) 2 steps, |sum| <= 4 * 255 * 32 = 32,640. One
+// vpmaddwd by the scale pair (sc2 = pair_epi16(sc)) then widens and scales them at once:
+// |sum * sc| * 2 < 2^23, exact in int32, and no vpmulld (slow on Intel). RT rows at a time:
+// their sums fit AVX2's 16 registers (all R = 8 rows' would not), each weight load serves RT
+// rows.
+template <int R, int P, int RS>
+inline void scaled_dots_i16(const int32_t* x, const V16i* w, V16i sc2, V16i* A) {
   constexpr int STEP = P == 8 ? 8 : 2;
-  constexpr int RT = R < 2 ? R : 2;  // rows at a time (R: 8, 4 or 1); 1 and 4 were no faster
-  const __m256i one = _mm256_set1_epi16(1);
+  constexpr int RT = R < 2 ? R : 2;  // rows at a time (R: 8, 4, 2 or 1); 1 and 4 were no faster
 #pragma GCC unroll 8
   for (int r0 = 0; r0 < R; r0 += RT) {
-    __m256i lo[RT], hi[RT];  // int32
+    __m256i lo[RT], hi[RT];  // int32: A's halves
 #pragma GCC unroll 8
-    for (int r = 0; r < RT; ++r) lo[r] = hi[r] = _mm256_setzero_si256();
+    for (int r = 0; r < RT; ++r) lo[r] = A[r0 + r].lo, hi[r] = A[r0 + r].hi;
 #pragma GCC unroll 4
     for (int p0 = 0; p0 < P; p0 += STEP) {
       __m256i slo[RT], shi[RT];  // int16
@@ -216,7 +225,7 @@ inline void group_dots_i16(const int32_t* x, const V16i* w, V16i* c) {
         const __m256i wl = w[p].lo, wh = w[p].hi;
 #pragma GCC unroll 8
         for (int r = 0; r < RT; ++r) {
-          const __m256i b = _mm256_set1_epi32(x[p * R + r0 + r]);
+          const __m256i b = _mm256_set1_epi32(x[p * RS + r0 + r]);
           if constexpr (P == 8) {  // weights unsigned
             slo[r] = _mm256_add_epi16(slo[r], _mm256_maddubs_epi16(wl, b));
             shi[r] = _mm256_add_epi16(shi[r], _mm256_maddubs_epi16(wh, b));
@@ -228,12 +237,12 @@ inline void group_dots_i16(const int32_t* x, const V16i* w, V16i* c) {
       }
 #pragma GCC unroll 8
       for (int r = 0; r < RT; ++r) {
-        lo[r] = _mm256_add_epi32(lo[r], _mm256_madd_epi16(slo[r], one));
-        hi[r] = _mm256_add_epi32(hi[r], _mm256_madd_epi16(shi[r], one));
+        lo[r] = _mm256_add_epi32(lo[r], _mm256_madd_epi16(slo[r], sc2.lo));
+        hi[r] = _mm256_add_epi32(hi[r], _mm256_madd_epi16(shi[r], sc2.hi));
       }
     }
 #pragma GCC unroll 8
-    for (int r = 0; r < RT; ++r) c[r0 + r] = mk(lo[r], hi[r]);
+    for (int r = 0; r < RT; ++r) A[r0 + r] = mk(lo[r], hi[r]);
   }
 }
 inline V16i maskz_mov_epi32(Mask16 m, V16i a) {

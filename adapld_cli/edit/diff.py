@@ -2,7 +2,8 @@
 
 Contract: :func:`unified_diff` returns the patch text (``""`` when equal) for two ``\\n``
 texts, with ``a/`` and ``b/`` headers; it applies with ``patch -p1`` / ``git apply``. A hunk
-header gets the innermost tree-sitter definition around its first line, e.g.
+header gets the first line of the innermost tree-sitter definition around the hunk's first
+changed line of ``before`` (for an insertion, the line after it), e.g.
 ``@@ -3,4 +3,4 @@ def main``.
 """
 
@@ -22,19 +23,31 @@ def unified_diff(before: str, after: str, name: str, lang: str | None = None, n:
     defs = outline(before, lang) if lang else []
     a = before.splitlines(keepends=True)
     b = after.splitlines(keepends=True)
-    out: list[str] = []
-    for line in difflib.unified_diff(a, b, f"a/{name}", f"b/{name}", n=n):
-        if not line.endswith("\n"):
-            line += "\n\\ No newline at end of file\n"
+    out = list(difflib.unified_diff(a, b, f"a/{name}", f"b/{name}", n=n))
+    for i, line in enumerate(out):
         m = _HUNK.match(line.rstrip("\n"))
         if m and defs:
-            start = int(m.group(1)) + (0 if m.group(2) == "0" else n)
-            d = enclosing_definition(defs, min(start, max(1, len(a))))
+            d = enclosing_definition(
+                defs, min(_first_change(out, i, int(m.group(1))), max(1, len(a)))
+            )
             if d is not None:
                 header = lines_of(before, d.start_line).strip()
-                line = f"{line.rstrip(chr(10))} {header[:80]}\n"
-        out.append(line)
-    return "".join(out)
+                out[i] = f"{line.rstrip(chr(10))} {header[:80]}\n"
+    return "".join(
+        f"{line}\n\\ No newline at end of file\n" if not line.endswith("\n") else line
+        for line in out
+    )
+
+
+def _first_change(diff: list[str], header: int, start: int) -> int:
+    """The 1-based line of ``before`` at the first ``-``/``+`` line of the hunk whose header is
+    ``diff[header]`` and whose old range starts at ``start`` (0 for an empty file)."""
+    line = max(start, 1)
+    for row in diff[header + 1 :]:
+        if not row.startswith(" "):
+            break
+        line += 1
+    return line
 
 
 def lines_of(text: str, line: int) -> str:

@@ -18,7 +18,8 @@
 //   - vcvtneps2bf16 rounds to nearest even (NaN stays NaN).
 // So the AVX2 build computes what the AVX-512 build computes, bit for bit (tests/test_quant.py
 // compares the two builds on a CPU that runs both; $ADAPLD_QMM_TARGET=avx2 picks this one).
-// Cross-lane permutes and masked 16-bit loads go through memory: none is on a hot path.
+// Cross-lane permutes and partly masked 16-bit loads go through memory (a full mask takes the
+// plain load): the permutes sit on the bfloat16-input products only, the partial loads on tails.
 #pragma once
 
 #include <immintrin.h>
@@ -56,15 +57,20 @@ inline void storeu_ps(float* p, V16f a) {
   _mm256_storeu_ps(p, a.lo);
   _mm256_storeu_ps(p + 8, a.hi);
 }
+// The masked loads and stores take the plain instruction for a full mask (the attention's and
+// quantization's loads but a row's tail): the same values, without vmaskmov's cost.
 inline V16f maskz_loadu_ps(Mask16 m, const float* p) {
+  if (m == 0xFFFF) return loadu_ps(p);
   return mk(_mm256_maskload_ps(p, mask_lo(m)), _mm256_maskload_ps(p + 8, mask_hi(m)));
 }
 inline V16f mask_loadu_ps(V16f src, Mask16 m, const float* p) {
+  if (m == 0xFFFF) return loadu_ps(p);
   const V16f v = maskz_loadu_ps(m, p);
   return mk(_mm256_blendv_ps(src.lo, v.lo, _mm256_castsi256_ps(mask_lo(m))),
             _mm256_blendv_ps(src.hi, v.hi, _mm256_castsi256_ps(mask_hi(m))));
 }
 inline void mask_storeu_ps(float* p, Mask16 m, V16f a) {
+  if (m == 0xFFFF) return storeu_ps(p, a);
   _mm256_maskstore_ps(p, mask_lo(m), a.lo);
   _mm256_maskstore_ps(p + 8, mask_hi(m), a.hi);
 }
@@ -330,6 +336,7 @@ inline V16i permutex2var_epi16(V16i a, V16i idx, V16i b) {
   return loadu_si512(r);
 }
 inline __m256i maskz_loadu_epi16(Mask16 m, const void* p) {
+  if (m == 0xFFFF) return _mm256_loadu_si256((const __m256i*)p);
   alignas(32) int16_t r[16] = {};
   const int16_t* s = (const int16_t*)p;
   for (int k = 0; k < 16; ++k)

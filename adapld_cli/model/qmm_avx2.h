@@ -170,6 +170,10 @@ QMM_I2(shuffle_epi8, _mm256_shuffle_epi8)  // within 128-bit lanes, as in 512 bi
 inline V16i slli_epi32(V16i a, int n) { return mk(_mm256_slli_epi32(a.lo, n), _mm256_slli_epi32(a.hi, n)); }
 template <int IMM>
 inline __m256i tern(__m256i a, __m256i b, __m256i c) {  // bit (a b c) of IMM, per bit
+  // the tables qmm.cpp uses, as two instructions (their minterms' sum, simplified)
+  if constexpr (IMM == 0xA8) return _mm256_and_si256(_mm256_or_si256(a, b), c);  // (a | b) & c
+  if constexpr (IMM == 0xF8) return _mm256_or_si256(a, _mm256_and_si256(b, c));  // a | (b & c)
+  if constexpr (IMM == 0xFE) return _mm256_or_si256(_mm256_or_si256(a, b), c);   // a | b | c
   const __m256i ones = _mm256_set1_epi32(-1);
   __m256i r = _mm256_setzero_si256();
   for (int i = 0; i < 8; ++i) {

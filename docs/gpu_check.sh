@@ -28,8 +28,13 @@
 #   9. ablations.json   CanItEdit 21-40, ar,adapld,adapld-no-semantic,adapld-no-branches:
 #                       identity over 20 tasks and what the semantic fallback and branches
 #                       pay on a GPU
+#   part s (one call, for a session whose device time leaves one check after the kit's calls:
+#   ~7 minutes with BUDGET=420): prepare, both verify-cost curves, the first three edit cases
+#   with ar,adapld,ar-graphs,adapld-graphs, exact.log, the profile, then the six cases with
+#   ar,hf,hf-pld,adapld,adapld-graphs for whatever time is left
 # A step that runs out of time is cut and the next one starts. Every step's exit status is in
-# $OUT/steps.txt.
+# $OUT/steps.txt; PACK=FILE keeps a .tar.gz of $OUT up to date after each step. BUDGET=SECONDS caps the whole part: each step's limit is cut to what is left,
+# and a step with under 20 s left is skipped (rc=skip).
 #
 # Rehearsal on a CPU, in an environment like the device's (its transformers and packages; see
 # the GPU kit), before a session spends device time on it:
@@ -55,10 +60,22 @@ fi
 step() {  # step NAME SECONDS COMMAND...: run it under a timeout, log, record the status
   local name=$1 limit=$(($2 * ${SCALE:-1}))
   shift 2
+  if [ -n "${BUDGET:-}" ]; then
+    local left=$((BUDGET - SECONDS))
+    if [ "$left" -lt 20 ]; then
+      echo "$name rc=skip 0 s" | tee -a "$OUT/steps.txt"
+      return
+    fi
+    [ "$left" -lt "$limit" ] && limit=$left
+  fi
   local t0=$SECONDS
   timeout "$limit" "$@" > "$OUT/$name.log" 2>&1
   local rc=$?
   echo "$name rc=$rc $((SECONDS - t0)) s" | tee -a "$OUT/steps.txt"
+  pack
+}
+pack() {  # PACK=FILE: everything so far in one compressed tar (a device call returns 8 files)
+  [ -z "${PACK:-}" ] || tar czf "$PACK" -C "$OUT" . 2>/dev/null
 }
 
 if [ -d "$KIT/whl" ]; then
@@ -81,6 +98,15 @@ if [ "$part" = 1 ]; then
   step uniform 100 adapld bench "${model[@]}" "${cases[@]}" --set uniform=true \
     --methods ar,adapld --json "$OUT/uniform.json" --markdown "$OUT/uniform.md"
   step exact 60 python3 docs/gpu_exact.py "${model[@]}" "${exact[@]}"
+elif [ "$part" = s ]; then
+  step verify-cost 40 adapld bench "${model[@]}" --verify-cost
+  step verify-cost-graphs 50 adapld bench "${model[@]}" --verify-cost --set graphs=true
+  step graphs 150 adapld bench "${model[@]}" "${cases[@]}" --limit 3 \
+    --methods ar,adapld,ar-graphs,adapld-graphs --json "$OUT/graphs.json" --markdown "$OUT/graphs.md"
+  step exact 50 python3 docs/gpu_exact.py "${model[@]}" "${exact[@]}"
+  step profile 80 python3 docs/gpu_profile.py "${model[@]}" --graphs "${profile[@]}" --out "$OUT/profile"
+  step cases 240 adapld bench "${model[@]}" "${cases[@]}" \
+    --methods ar,hf,hf-pld,adapld,adapld-graphs --json "$OUT/cases.json" --markdown "$OUT/cases.md"
 elif [ "$part" = 2 ]; then
   step cases 240 adapld bench "${model[@]}" "${cases[@]}" \
     --methods ar,hf,hf-pld,adapld --json "$OUT/cases.json" --markdown "$OUT/cases.md"

@@ -5,36 +5,40 @@
 #
 #   bash docs/gpu_check.sh [1|2|3] [CANITEDIT.jsonl]
 #
-# Installs the wheels, prepares the model, then runs each check of the part asked for (each
-# part fits one 10-minute device call) under its own timeout, in the order of what a session
-# most needs, with its output teed to $OUT (default /tmp/out):
-#   part 1 (~9 minutes on an H200 with coder-1.5b)
-#   1. verify-cost.log         the cost of a pass over n = 1..64 tokens, eager (--verify-cost)
-#   2. verify-cost-graphs.log  the same through static passes replayed as CUDA graphs
-#   3. graphs.json             the six edit cases, ar,adapld,ar-graphs,adapld-graphs: whether
-#                              graphs are exact (= ar) and what they gain, first task included
-#   4. uniform.json            the six edit cases, ar,adapld, every pass of both at one shape
-#                              (--set uniform=true): = ar here is exact by shape, whatever
-#                              cuBLAS picks; the speed it keeps
-#   5. exact.log               4 trees of 65 nodes vs single steps, eager, static, uniform and
+# Installs the wheels, prepares the model, then runs each check of the part asked for under
+# its own timeout, in the order of what a session most needs, with its output teed to $OUT
+# (default /tmp/out). On CUDA every method runs static passes replayed as CUDA graphs by
+# default; `-eager` methods and `--set graphs=false` run the dynamic passes instead.
+#   part 1 (~8 minutes on an H200 with coder-1.5b)
+#   1. verify-cost.log         the cost of a pass over n = 1..64 tokens (graphs: the default)
+#   2. verify-cost-eager.log   the same with eager passes (--set graphs=false)
+#   3. cases.json              the six edit cases, ar,hf,hf-pld,adapld,adapld-eager: the
+#                              README's GPU table; = ar of adapld with and without graphs
+#   4. profile/                torch.profiler over 50 ar steps and 20 adapld passes, graphs
+#                              (docs/gpu_profile.py --modes graphs)
+#   5. exact.log               2 trees of 65 nodes vs single steps, eager, static, uniform and
 #                              uniform with key planes: rows bitwise equal (chain / branches)
 #                              / same argmax (docs/gpu_exact.py)
-#   part 2 (~9 minutes; CANITEDIT.jsonl needed for step 7)
-#   6. cases.json       the six edit cases, ar,hf,hf-pld,adapld: the README's GPU table
-#   7. canitedit.json   CanItEdit 21-30, ar,hf-pld,adapld: the issue's "5x hf-pld" target
-#   8. profile/         torch.profiler over 50 ar steps and 20 adapld passes, and both with
-#                       CUDA graphs (docs/gpu_profile.py --graphs)
-#   part 3 (~8 minutes; CANITEDIT.jsonl needed)
-#   9. ablations.json   CanItEdit 21-40, ar,adapld,adapld-no-semantic,adapld-no-branches:
-#                       identity over 20 tasks and what the semantic fallback and branches
-#                       pay on a GPU
-#   part s (one call, for a session whose device time leaves one check after the kit's calls:
-#   ~7 minutes with BUDGET=420): prepare, both verify-cost curves, the first three edit cases
-#   with ar,adapld,ar-graphs,adapld-graphs, exact.log, the profile, then the six cases with
-#   ar,hf,hf-pld,adapld,adapld-graphs for whatever time is left
+#   part 2 (~9 minutes; CANITEDIT.jsonl needed)
+#   6. canitedit.json   CanItEdit 21-30, ar,hf-pld,adapld: the issue's "5x hf-pld" target
+#   7. ablations.json   CanItEdit 31-40, ar,adapld,adapld-no-semantic,adapld-no-branches:
+#                       with step 6, identity over 20 tasks; what the semantic fallback and
+#                       branches pay on a GPU
+#   part 3 (~6 minutes)
+#   8. uniform.json     the six edit cases, ar,adapld, every pass of both at one shape
+#                       (--set uniform=true): = ar here is exact by shape; the speed it keeps
+#   9. profile/         the profile of eager passes (--modes eager)
 # A step that runs out of time is cut and the next one starts. Every step's exit status is in
-# $OUT/steps.txt; PACK=FILE keeps a .tar.gz of $OUT up to date after each step. BUDGET=SECONDS caps the whole part: each step's limit is cut to what is left,
-# and a step with under 20 s left is skipped (rc=skip).
+# $OUT/steps.txt; PACK=FILE keeps a .tar.gz of $OUT (less the profile's Chrome traces) up to
+# date after each step, since a device call returns at most 8 files. BUDGET=SECONDS caps the
+# whole part: each step's limit is cut to what is left, and a step with under 20 s left is
+# skipped (rc=skip). The machine lacks pyflakes, which the bench's checks import, and the GPU
+# kit does not bring it: add its wheel to the kit (`pip download --no-deps -d .gpu-kit/whl
+# pyflakes`); the script stops at once (exit 3) when an import it needs fails.
+#
+# Measured on 2026-12-04 (a session with 15 device minutes): the kit's 23 calls took 2 minutes
+# when made one right after another (several `run` calls in one message run in turn, ~3.5 s
+# each), the machine's start included; that left one call of ~9 minutes.
 #
 # Rehearsal on a CPU, in an environment like the device's (its transformers and packages; see
 # the GPU kit), before a session spends device time on it:
@@ -75,7 +79,7 @@ step() {  # step NAME SECONDS COMMAND...: run it under a timeout, log, record th
   pack
 }
 pack() {  # PACK=FILE: everything so far in one compressed tar (a device call returns 8 files)
-  [ -z "${PACK:-}" ] || tar czf "$PACK" -C "$OUT" . 2>/dev/null
+  [ -z "${PACK:-}" ] || tar czf "$PACK" --exclude='trace_*' -C "$OUT" . 2>/dev/null
 }
 
 if [ -d "$KIT/whl" ]; then
@@ -83,6 +87,13 @@ if [ -d "$KIT/whl" ]; then
   export PYTHONPATH=/tmp/site PATH=/tmp/site/bin:$PATH
 fi
 export HF_HUB_OFFLINE=1 ADAPLD_HOME=${ADAPLD_HOME:-/tmp/ah} CI=1
+# what the checks import, lazily imports included (a bench judges each output with pyflakes)
+if ! python3 -c "import adapld_cli.bench, pyflakes, gguf, tree_sitter, tree_sitter_python, yaml" \
+  2> "$OUT/preflight.log"; then
+  echo "preflight: $(tail -n 1 "$OUT/preflight.log"): add its wheel to the kit" | tee -a "$OUT/steps.txt"
+  pack
+  exit 3
+fi
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv > "$OUT/gpu.txt" 2>&1
 python3 -c "import torch, transformers; print(torch.__version__, transformers.__version__)" \
   >> "$OUT/gpu.txt" 2>&1
@@ -91,33 +102,26 @@ step prepare 120 adapld model prepare --model /tmp/m.gguf
 model=(--model /tmp/m.gguf --device "${DEVICE:-cuda}")
 cases=(--tasks adapld_cli/bench/edit_cases.jsonl "${quick[@]}")
 if [ "$part" = 1 ]; then
-  step verify-cost 45 adapld bench "${model[@]}" --verify-cost
-  step verify-cost-graphs 60 adapld bench "${model[@]}" --verify-cost --set graphs=true
-  step graphs 180 adapld bench "${model[@]}" "${cases[@]}" \
-    --methods ar,adapld,ar-graphs,adapld-graphs --json "$OUT/graphs.json" --markdown "$OUT/graphs.md"
-  step uniform 100 adapld bench "${model[@]}" "${cases[@]}" --set uniform=true \
-    --methods ar,adapld --json "$OUT/uniform.json" --markdown "$OUT/uniform.md"
-  step exact 60 python3 docs/gpu_exact.py "${model[@]}" "${exact[@]}"
-elif [ "$part" = s ]; then
   step verify-cost 40 adapld bench "${model[@]}" --verify-cost
-  step verify-cost-graphs 50 adapld bench "${model[@]}" --verify-cost --set graphs=true
-  step graphs 150 adapld bench "${model[@]}" "${cases[@]}" --limit 3 \
-    --methods ar,adapld,ar-graphs,adapld-graphs --json "$OUT/graphs.json" --markdown "$OUT/graphs.md"
-  step exact 50 python3 docs/gpu_exact.py "${model[@]}" "${exact[@]}"
-  step profile 80 python3 docs/gpu_profile.py "${model[@]}" --graphs "${profile[@]}" --out "$OUT/profile"
-  step cases 240 adapld bench "${model[@]}" "${cases[@]}" \
-    --methods ar,hf,hf-pld,adapld,adapld-graphs --json "$OUT/cases.json" --markdown "$OUT/cases.md"
+  step verify-cost-eager 40 adapld bench "${model[@]}" --verify-cost --set graphs=false
+  step cases 300 adapld bench "${model[@]}" "${cases[@]}" \
+    --methods ar,hf,hf-pld,adapld,adapld-eager --json "$OUT/cases.json" --markdown "$OUT/cases.md"
+  step profile 60 python3 docs/gpu_profile.py "${model[@]}" --modes graphs "${profile[@]}" \
+    --out "$OUT/profile"
+  step exact 60 python3 docs/gpu_exact.py "${model[@]}" --trees 2 "${exact[@]}"
 elif [ "$part" = 2 ]; then
-  step cases 240 adapld bench "${model[@]}" "${cases[@]}" \
-    --methods ar,hf,hf-pld,adapld --json "$OUT/cases.json" --markdown "$OUT/cases.md"
   if [ -n "$tasks" ]; then
-    step canitedit 200 adapld bench "${model[@]}" --tasks "$tasks" --offset 20 --limit 10 "${quick[@]}" \
-      --methods ar,hf-pld,adapld --json "$OUT/canitedit.json" --markdown "$OUT/canitedit.md"
+    step canitedit 240 adapld bench "${model[@]}" --tasks "$tasks" --offset 20 --limit 10 \
+      "${quick[@]}" --methods ar,hf-pld,adapld --json "$OUT/canitedit.json" \
+      --markdown "$OUT/canitedit.md"
+    step ablations 300 adapld bench "${model[@]}" --tasks "$tasks" --offset 30 --limit 10 \
+      "${quick[@]}" --methods ar,adapld,adapld-no-semantic,adapld-no-branches \
+      --json "$OUT/ablations.json" --markdown "$OUT/ablations.md"
   fi
-  step profile 90 python3 docs/gpu_profile.py "${model[@]}" --graphs "${profile[@]}" --out "$OUT/profile"
-elif [ -n "$tasks" ]; then
-  step ablations 400 adapld bench "${model[@]}" --tasks "$tasks" --offset 20 --limit 20 "${quick[@]}" \
-    --methods ar,adapld,adapld-no-semantic,adapld-no-branches \
-    --json "$OUT/ablations.json" --markdown "$OUT/ablations.md"
+else
+  step uniform 150 adapld bench "${model[@]}" "${cases[@]}" --set uniform=true \
+    --methods ar,adapld --json "$OUT/uniform.json" --markdown "$OUT/uniform.md"
+  step profile 120 python3 docs/gpu_profile.py "${model[@]}" --modes eager "${profile[@]}" \
+    --out "$OUT/profile"
 fi
 exit 0

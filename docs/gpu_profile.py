@@ -4,8 +4,9 @@ is scarce: one call prints everything, and writes it to ``--out`` as well::
 
     python docs/gpu_profile.py --device cuda --out $OUT [--model M] [--task NAME]
 
-For each method (``ar`` then ``adapld``; with ``--graphs`` also both with static passes
-replayed as CUDA graphs, ``AdaPLDSettings.graphs``): the prompt is prefilled and ``--warmup``
+For each mode of ``--modes`` (default ``graphs,eager``: static passes replayed as CUDA graphs,
+``AdaPLDSettings.graphs``, the default on CUDA, then dynamic eager passes) and each method
+(``ar`` then ``adapld``): the prompt is prefilled and ``--warmup``
 steps run unprofiled, then the next ``--steps`` (ar) or ``--passes`` (adapld) events are profiled
 (CPU activities, and CUDA ones on a GPU). Printed: the wall time per event, the top entries by
 self device time and by self CPU time, and the host-device synchronisations and copies per
@@ -46,7 +47,7 @@ def profile_method(
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    from adapld_cli.engine import GenerationConfig, stream
+    from adapld_cli.engine import AdaPLDSettings, GenerationConfig, stream
 
     cuda = next(model.parameters()).device.type == "cuda"
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
@@ -76,7 +77,7 @@ def profile_method(
     device_key = "self_cuda_time_total" if cuda else "self_cpu_time_total"
     if trace is not None and times:
         prof.export_chrome_trace(str(trace))
-    graphs = bool(settings is not None and settings.graphs)
+    graphs = (settings or AdaPLDSettings()).static_passes("cuda" if cuda else "cpu")
     return {
         "method": method + ("-graphs" if graphs else ""),
         "events": len(times),
@@ -130,8 +131,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--passes", type=int, default=20, help="adapld passes profiled")
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--out", type=Path, default=None, help="folder for the report + traces")
-    parser.add_argument("--graphs", action="store_true", help="also profile with CUDA graphs")
+    parser.add_argument(
+        "--modes", default="graphs,eager", help="graphs (static passes), eager, in this order"
+    )
     args = parser.parse_args(argv)
+    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    if not modes or set(modes) - {"graphs", "eager"}:
+        parser.error("--modes: graphs and/or eager")
 
     from adapld_cli.engine import AdaPLDSettings
 
@@ -139,12 +145,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.out is not None:
         args.out.mkdir(parents=True, exist_ok=True)
     texts = []
-    runs = [("ar", args.steps, None), ("adapld", args.passes, None)]
-    if args.graphs:
-        graphs = AdaPLDSettings(graphs=True)
-        runs += [("ar", args.steps, graphs), ("adapld", args.passes, graphs)]
+    runs = [
+        (method, events, AdaPLDSettings(graphs=mode == "graphs"))
+        for mode in modes
+        for method, events in (("ar", args.steps), ("adapld", args.passes))
+    ]
     for method, events, settings in runs:
-        name = method + ("-graphs" if settings is not None else "")
+        name = method + ("-graphs" if settings.graphs else "")
         trace = None if args.out is None else args.out / f"trace_{name}.json"
         result = profile_method(
             loaded.model,

@@ -247,6 +247,22 @@ def test_ablations_and_variants_settings():
     assert settings_for("hf") is None and "adapld-semantic" in parse_methods("all")
     uniform = AdaPLDSettings(uniform=True)
     assert settings_for("ar", uniform) is uniform and settings_for("pld", uniform) is uniform
+    # static passes: the device's default, or forced either way for ar and adapld alike
+    assert settings_for("adapld").graphs is None
+    for name, graphs in (("adapld-graphs", True), ("ar-graphs", True), ("adapld-eager", False),
+                         ("ar-eager", False)):  # fmt: skip
+        assert settings_for(name).graphs is graphs and name in parse_methods("all")
+
+
+def test_static_passes_are_the_cuda_default():
+    from adapld_cli.engine import AdaPLDSettings
+
+    default = AdaPLDSettings()
+    assert default.static_passes("cuda") and not default.static_passes("cpu")
+    assert not default.static_passes("mps")
+    assert AdaPLDSettings(graphs=True).static_passes("cpu")
+    assert not AdaPLDSettings(graphs=False).static_passes("cuda")
+    assert AdaPLDSettings(graphs=False, uniform=True).static_passes("cpu")  # uniform implies it
 
 
 def test_bad_input_exits_2_before_loading(tmp_path):

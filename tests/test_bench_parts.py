@@ -43,6 +43,8 @@ def test_parse_overrides_by_field_type():
     assert s == AdaPLDSettings(node_budget=32, prompt_topk=True, hidden_layer=None, cursor=False)
     assert parse_overrides(["sim_floor=0.5"]).sim_floor == 0.5
     assert parse_overrides([]) == AdaPLDSettings()
+    assert parse_overrides(["graphs=none"]).graphs is None  # back to the device's default
+    assert parse_overrides(["graphs=false"]).graphs is False
     for bad in ("node_budget=lots", "nope=1", "cursor=maybe", "node_budget", "top_k=none"):
         with pytest.raises(ValueError, match=bad.split("=")[0]):
             parse_overrides([bad])

@@ -96,6 +96,22 @@ def test_placement_defaults_and_errors():
         resolve_placement("cpu", "int8")
 
 
+def test_cuda_decoding_leaves_cudnn_attention_out():
+    """On CUDA, torch's cuDNN attention (a graph built per new shape: ~2 ms of host time a
+    call on an H200) is switched off before decoding; elsewhere nothing is touched."""
+    import torch
+
+    from adapld_cli.model.placement import tune_attention
+
+    before = torch.backends.cuda.cudnn_sdp_enabled()
+    try:
+        torch.backends.cuda.enable_cudnn_sdp(True)
+        assert tune_attention("cpu") is False and torch.backends.cuda.cudnn_sdp_enabled()
+        assert tune_attention("cuda") is True and not torch.backends.cuda.cudnn_sdp_enabled()
+    finally:
+        torch.backends.cuda.enable_cudnn_sdp(before)
+
+
 def test_cache_state_needs_a_complete_matching_manifest(tmp_path):
     from importlib.metadata import version
 

@@ -21,8 +21,10 @@ Method names: the engine's (``ar``, ``pld``, ``adapld``) come from
 - ``adapld-pass-topk``: adapld computing every pass's accepted rows' top-K
   (``pass_topk=True``; by default on CUDA only, a CPU looks them up on demand).
 - ``ar-graphs`` / ``adapld-graphs``: ``ar`` / adapld with static verify passes, CUDA graphs
-  on a GPU (``graphs=True``, :mod:`adapld_cli.engine.graphs`; off by default until measured
-  there). Their ``= ar`` check is the GPU exactness measurement for graphs.
+  on a GPU (``graphs=True``, :mod:`adapld_cli.engine.graphs`; the default on CUDA, so there
+  they equal ``ar`` / ``adapld``, and on a CPU they run the static passes eagerly).
+- ``ar-eager`` / ``adapld-eager``: the same with dynamic passes (``graphs=False``, the
+  default on a CPU): on a GPU, what the graphs gain and whether they change an output.
 
 Engine methods and ablations are lossless by construction: an output that differs from ``ar``
 is a bug. The transformers baselines run other code (and possibly other kernels), so for them
@@ -58,9 +60,11 @@ VARIANTS: dict[str, dict[str, bool]] = {
     "adapld-pass-topk": {"pass_topk": True},
     "adapld-graphs": {"graphs": True},
     "ar-graphs": {"graphs": True},
+    "adapld-eager": {"graphs": False},
+    "ar-eager": {"graphs": False},
 }
 # the engine method a variant runs (default: adapld)
-VARIANT_METHOD = {"ar-graphs": Method.ar.value}
+VARIANT_METHOD = {"ar-graphs": Method.ar.value, "ar-eager": Method.ar.value}
 ALL_METHODS = (
     Method.ar.value, *BASELINES, Method.pld.value, Method.adapld.value, *ABLATIONS, *VARIANTS
 )  # fmt: skip

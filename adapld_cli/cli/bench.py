@@ -37,7 +37,8 @@ EPILOG = (
     f"Methods: {', '.join(m for m in ALL_METHODS if m not in ABLATIONS and m not in VARIANTS)}; "
     f"ablations {', '.join(ABLATIONS)}; variants {', '.join(VARIANTS)} (the semantic fallback, "
     "or every pass's top-K rows, forced on: by default on CUDA only; static passes, CUDA "
-    "graphs on a GPU, for ar and adapld) ('all' = every one).\n\n"
+    "graphs on a GPU, forced on or off for ar and adapld: by default on CUDA only) "
+    "('all' = every one).\n\n"
     "Examples:\n\n"
     "  adapld bench                                   (built-in suite, default methods)\n\n"
     "  adapld bench --tasks canitedit.jsonl --limit 20 --json out.json --plot out.png\n\n"
@@ -67,7 +68,8 @@ _HELPS = {
     "unchanged result is asked for again with the reason); reports pass@1 of the first "
     "attempt and the last. Default: 1.",
     "--set": "Override an AdaPLD setting (e.g. node_budget=32); repeatable. With "
-    "--verify-cost, graphs=true measures the static passes (CUDA graphs on a GPU).",
+    "--verify-cost, graphs=true / graphs=false measures the static passes (CUDA graphs on a "
+    "GPU) / the eager ones; by default the device's (static on CUDA).",
     "--warmup/--no-warmup": "Warm every method up first.",
     "--verify-cost": "Run nothing else: print what one forward over n = 1..64 new tokens costs "
     "on a ~1,000-token cache (ms and ratio to n = 1, median of 5) on the loaded model; exit.",
@@ -145,8 +147,7 @@ def bench(
             code = _merged(console, from_json, out)
         elif verify_cost:
             settings = _settings(adapld_set or [])
-            graphs = bool(settings and settings.graphs)
-            code = _verify_cost(_load(model, device, dtype, threads, weights), graphs)
+            code = _verify_cost(_load(model, device, dtype, threads, weights), settings)
         else:
             options = BenchOptions(
                 methods=parse_methods(methods),
@@ -207,11 +208,16 @@ def _load(
     return load(model, device=device, dtype=dtype, weights=weights)
 
 
-def _verify_cost(loaded: Any, graphs: bool = False) -> int:
+def _verify_cost(loaded: Any, settings: Any = None) -> int:
+    """Print the verify-cost curve: static passes or eager ones as ``settings`` (default: the
+    defaults) say for the loaded model's device."""
     import torch
 
     from adapld_cli.bench.verify_cost import CONTEXT, REPEATS, format_curve, measure
+    from adapld_cli.engine.settings import AdaPLDSettings
 
+    device_type = next(loaded.model.parameters()).device.type
+    graphs = (settings or AdaPLDSettings()).static_passes(device_type)
     title = (
         f"forward cost over a {CONTEXT}-token cache, median of {REPEATS}: {loaded.name} "
         f"[{loaded.device}, {loaded.dtype}, {loaded.weights_label()}, "

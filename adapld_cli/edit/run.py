@@ -236,7 +236,11 @@ class _Run:
                 "Asking again."
             )
 
-        return with_repairs(session, prepared, attempt, retrying)
+        result = with_repairs(session, prepared, attempt, retrying)
+        fallback = getattr(result.stats, "graph_fallback", "")
+        if fallback:  # CUDA only: a capture failed, later passes ran eagerly
+            self.view.info(f"{item.name}: CUDA graphs off, passes ran eagerly ({fallback})")
+        return result
 
     def finish(self, outcome: Outcome) -> None:
         """Report one file: stdout data, result line, stats row."""

@@ -51,8 +51,8 @@ def stream(
     shared by generations one after the other (the prefill chunks a previous prompt shares
     are taken over, bit for bit; ``stats.cached_tokens`` counts them). ``settings.graphs``
     and ``settings.uniform`` apply to every method: verify passes run as static passes (CUDA
-    graphs on a GPU, :mod:`adapld_cli.engine.graphs`; ``stats.graph_passes`` counts the
-    replays), with ``uniform`` all of one shape.
+    graphs on a GPU, :mod:`adapld_cli.engine.graphs`; by default on CUDA only;
+    ``stats.graph_passes`` counts the replays), with ``uniform`` all of one shape.
     """
     config = config or GenerationConfig()
     if not prompt_ids:
@@ -69,7 +69,7 @@ def stream(
         hidden_layer=drafter.hidden_layer,
         want_hidden=drafter.wants_hidden,
         keep_final=drafter.wants_topk > 0,  # top-K rows on demand (ar and pld never ask)
-        **_passes(len(prompt_ids), config, settings),
+        **_passes(len(prompt_ids), config, settings, _device_type(model)),
     )
     try:
         yield from _decode(runner, list(prompt_ids), config, drafter, stops, prefix)
@@ -106,20 +106,30 @@ def generate(
     return GenerationResult(tokens=tokens, stats=event.stats, stop_reason=event.stop_reason)
 
 
+def _device_type(model: Any) -> str:
+    """Where the model's first weight lives (``"cuda"``, ``"cpu"`` ...)."""
+    return next(model.parameters()).device.type
+
+
 def _passes(
-    prompt_len: int, config: GenerationConfig, settings: AdaPLDSettings | None
+    prompt_len: int,
+    config: GenerationConfig,
+    settings: AdaPLDSettings | None,
+    device_type: str,
 ) -> dict[str, Any]:
     """The runner's pass arguments: its cache capacity (the prompt, the answer and one pass's
     nodes; a budget beyond 4,096 new tokens grows it by doubling when reached, except with
-    ``uniform``, which preallocates it all) and its static passes' shapes."""
-    uniform = bool(settings and settings.uniform)
-    shapes = (uniform_shape(settings.node_budget),) if settings and uniform else BUCKETS
+    ``uniform``, which preallocates it all), whether its passes are static (no settings:
+    the defaults', :meth:`AdaPLDSettings.static_passes`) and their shapes."""
+    settings = settings or AdaPLDSettings()
+    uniform = settings.uniform
+    shapes = (uniform_shape(settings.node_budget),) if uniform else BUCKETS
     answer = config.max_new_tokens if uniform else min(config.max_new_tokens, 4096)
     return {
         "capacity": prompt_len + answer + max(128, shapes[-1]),
-        "static": bool(settings and (settings.graphs or uniform)),
+        "static": settings.static_passes(device_type),
         "shapes": shapes,
-        "planes": bool(uniform and settings and settings.planes),
+        "planes": uniform and settings.planes,
     }
 
 

@@ -49,9 +49,11 @@ class AdaPLDSettings:
             cost more than it gained (README, Performance: ablations on 20 CanItEdit tasks).
         graphs: verify passes as static-shape passes over the whole preallocated cache, one
             shape per size bucket, captured and replayed as CUDA graphs on a GPU
-            (:mod:`adapld_cli.engine.graphs`); applies to every method, ``ar`` included. Off
-            until measured on a GPU (the bench's ``ar-graphs`` / ``adapld-graphs``); on a CPU
-            the passes run eagerly, only slower (the tests use that).
+            (:mod:`adapld_cli.engine.graphs`); applies to every method, ``ar`` included.
+            ``None`` = on for CUDA devices only (:meth:`static_passes`): on an H200 they made
+            adapld 3-5x faster than eager passes, every output ``= ar`` (docs/design.md,
+            "Static passes"); on a CPU the passes run eagerly, only slower (the tests use
+            that). The bench's ``*-graphs`` / ``*-eager`` methods force either.
         uniform: every pass at one static shape, the largest pass's (``node_budget + 1``
             rows rounded up to 16; :func:`adapld_cli.engine.graphs.uniform_shape`), ``ar``'s
             single-token steps and the LM head included; implies ``graphs``. No product then
@@ -89,13 +91,21 @@ class AdaPLDSettings:
     pass_topk: bool | None = None
     topk_lookup: bool | None = None
     semantic: bool | None = None
-    graphs: bool = False
+    graphs: bool | None = None
     uniform: bool = False
     planes: bool = False
     branches: bool = True
     cursor: bool = True
     rerank: bool = True
     adaptive: bool = True
+
+    def static_passes(self, device_type: str) -> bool:
+        """Whether verify passes run as static passes (:mod:`adapld_cli.engine.graphs`) on a
+        device of this type (``"cuda"``, ``"cpu"`` ...): always with ``uniform``, else as
+        ``graphs`` says, ``None`` meaning on CUDA only."""
+        if self.uniform:
+            return True
+        return device_type == "cuda" if self.graphs is None else self.graphs
 
     def without(self, component: str) -> AdaPLDSettings:
         """A copy with one component switched off (``semantic``, ``branches``, ``cursor``,

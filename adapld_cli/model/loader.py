@@ -47,7 +47,7 @@ from adapld_cli.model.paths import (
     cache_dir,
     models_dir,
 )
-from adapld_cli.model.placement import Placement, resolve_placement
+from adapld_cli.model.placement import Placement, resolve_placement, tune_attention
 from adapld_cli.model.progress import want_progress
 
 EMBEDDED = "embedded"
@@ -517,6 +517,7 @@ def load(
     if folder is not None and not quantized:  # a quantized cache's was put in by _finish_quantized
         restore_packed(model, folder)
     model.eval()
+    tune_attention(next(model.parameters()).device.type)  # CUDA: no cuDNN attention
     if kernels.supported(model) is None and kernels.resolve_mode() == "exact":
         _build_kernels("auto", show)  # the native attention (shown on a first build)
     kernels.apply(model)  # prepacked, batch-invariant CPU kernels ($ADAPLD_KERNELS=stock: off)

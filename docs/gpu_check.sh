@@ -5,6 +5,11 @@
 #
 #   bash docs/gpu_check.sh [1|2|3] [CANITEDIT.jsonl]
 #
+# The call after the kit's, as made on 2026-12-04 (for part 2 copy ../shared/bench/
+# canitedit.jsonl to .gpu-kit/, carry it and name it as the 2nd argument):
+#   mkdir -p /tmp/o; PACK=$OUT/all.tgz OUT=/tmp/o BUDGET=540 KIT=/tmp/kit bash docs/gpu_check.sh 1
+# then read $OUT/all.tgz (steps.txt, every step's log, the bench's JSON and Markdown).
+#
 # Installs the wheels, prepares the model, then runs each check of the part asked for under
 # its own timeout, in the order of what a session most needs, with its output teed to $OUT
 # (default /tmp/out). On CUDA every method runs static passes replayed as CUDA graphs by

@@ -122,11 +122,16 @@ elif [ "$part" = 2 ]; then
     step ablations 300 adapld bench "${model[@]}" --tasks "$tasks" --offset 30 --limit 10 \
       "${quick[@]}" --methods ar,adapld,adapld-no-semantic,adapld-no-branches \
       --json "$OUT/ablations.json" --markdown "$OUT/ablations.md"
+  else
+    echo "part 2 rc=skip: no CANITEDIT.jsonl given" | tee -a "$OUT/steps.txt"
   fi
-else
+elif [ "$part" = 3 ]; then
   step uniform 150 adapld bench "${model[@]}" "${cases[@]}" --set uniform=true \
     --methods ar,adapld --json "$OUT/uniform.json" --markdown "$OUT/uniform.md"
   step profile 120 python3 docs/gpu_profile.py "${model[@]}" --modes eager "${profile[@]}" \
     --out "$OUT/profile"
+else
+  echo "no part $part: 1, 2 or 3" | tee -a "$OUT/steps.txt"
 fi
+pack
 exit 0

@@ -237,9 +237,10 @@ class _Run:
             )
 
         result = with_repairs(session, prepared, attempt, retrying)
-        fallback = getattr(result.stats, "graph_fallback", "")
-        if fallback:  # CUDA only: a capture failed, later passes ran eagerly
-            self.view.info(f"{item.name}: CUDA graphs off, passes ran eagerly ({fallback})")
+        if result.stats.graph_fallback:  # CUDA only: a capture failed, later passes ran eagerly
+            self.view.info(
+                f"{item.name}: CUDA graphs off, passes ran eagerly ({result.stats.graph_fallback})"
+            )
         return result
 
     def finish(self, outcome: Outcome) -> None:

@@ -17,7 +17,7 @@
 #   part 1 (~8 minutes on an H200 with coder-1.5b)
 #   1. verify-cost.log         the cost of a pass over n = 1..64 tokens (graphs: the default)
 #   2. verify-cost-eager.log   the same with eager passes (--set graphs=false)
-#   3. cases.json              the six edit cases, ar,hf,hf-pld,adapld,adapld-eager: the
+#   3. cases.json              the six edit cases, ar,adapld,adapld-eager,hf-pld,hf: the
 #                              README's GPU table; = ar of adapld with and without graphs
 #   4. profile/                torch.profiler over 50 ar steps and 20 adapld passes, graphs
 #                              (docs/gpu_profile.py --modes graphs)
@@ -110,7 +110,7 @@ if [ "$part" = 1 ]; then
   step verify-cost 40 adapld bench "${model[@]}" --verify-cost
   step verify-cost-eager 40 adapld bench "${model[@]}" --verify-cost --set graphs=false
   step cases 300 adapld bench "${model[@]}" "${cases[@]}" \
-    --methods ar,hf,hf-pld,adapld,adapld-eager --json "$OUT/cases.json" --markdown "$OUT/cases.md"
+    --methods ar,adapld,adapld-eager,hf-pld,hf --json "$OUT/cases.json" --markdown "$OUT/cases.md"
   step profile 60 python3 docs/gpu_profile.py "${model[@]}" --modes graphs "${profile[@]}" \
     --out "$OUT/profile"
   step exact 60 python3 docs/gpu_exact.py "${model[@]}" --trees 2 "${exact[@]}"

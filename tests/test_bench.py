@@ -236,7 +236,7 @@ def test_parse_methods():
 
 
 def test_ablations_and_variants_settings():
-    from adapld_cli.bench.methods import settings_for
+    from adapld_cli.bench.methods import VARIANT_METHOD, settings_for
     from adapld_cli.engine import AdaPLDSettings
 
     assert settings_for("adapld").semantic is None  # device default: CUDA only
@@ -249,9 +249,14 @@ def test_ablations_and_variants_settings():
     assert settings_for("ar", uniform) is uniform and settings_for("pld", uniform) is uniform
     # static passes: the device's default, or forced either way for ar and adapld alike
     assert settings_for("adapld").graphs is None
-    for name, graphs in (("adapld-graphs", True), ("ar-graphs", True), ("adapld-eager", False),
-                         ("ar-eager", False)):  # fmt: skip
+    variants = {"adapld-graphs": True, "ar-graphs": True, "adapld-eager": False,
+                "ar-eager": False, "adapld-buckets": True, "ar-buckets": True}  # fmt: skip
+    for name, graphs in variants.items():
         assert settings_for(name).graphs is graphs and name in parse_methods("all")
+    # passes of several sizes: not uniform even on CUDA; the others keep the device default
+    assert not settings_for("adapld-buckets").uniform_passes("cuda")
+    assert settings_for("ar-graphs").uniform_passes("cuda")
+    assert VARIANT_METHOD["ar-buckets"] == "ar" and "adapld-buckets" not in VARIANT_METHOD
 
 
 def test_static_passes_are_the_cuda_default():
@@ -263,6 +268,25 @@ def test_static_passes_are_the_cuda_default():
     assert AdaPLDSettings(graphs=True).static_passes("cpu")
     assert not AdaPLDSettings(graphs=False).static_passes("cuda")
     assert AdaPLDSettings(graphs=False, uniform=True).static_passes("cpu")  # uniform implies it
+
+
+def test_uniform_passes_with_key_planes_are_the_cuda_default():
+    """On CUDA the static passes are of one shape with key planes (exact there: bucketed
+    passes were not); eager passes stay eager; a CPU keeps its dynamic passes."""
+    from adapld_cli.engine import AdaPLDSettings
+
+    default = AdaPLDSettings()
+    assert default.uniform_passes("cuda") and default.key_planes("cuda")
+    assert not default.uniform_passes("cpu") and not default.key_planes("cpu")
+    eager = AdaPLDSettings(graphs=False)
+    assert not eager.uniform_passes("cuda") and not eager.key_planes("cuda")
+    assert not AdaPLDSettings(graphs=True).uniform_passes("cpu")  # static, sized, on a CPU
+    buckets = AdaPLDSettings(uniform=False)
+    assert buckets.static_passes("cuda") and not buckets.key_planes("cuda")
+    assert not AdaPLDSettings(planes=False).key_planes("cuda")
+    forced = AdaPLDSettings(uniform=True)
+    assert forced.uniform_passes("cpu") and not forced.key_planes("cpu")
+    assert AdaPLDSettings(uniform=True, planes=True).key_planes("cpu")
 
 
 def test_bad_input_exits_2_before_loading(tmp_path):

@@ -143,6 +143,14 @@ def test_verify_cost_curve_through_static_passes():
         hook.remove()
     assert passes == [(100, 0)] + [(b, 100) for b in (1, 5) for _ in range(3)]  # buckets
     assert [p.n for p in points] == [1, 4] and points[0].ratio == 1.0
+    passes.clear()
+    hook = model.base_model.register_forward_pre_hook(seen, with_kwargs=True)
+    try:  # uniform: every n one pass of the default settings' shape (80 rows)
+        points = measure(model, context=100, sizes=(1, 4), repeats=2, uniform=True)
+    finally:
+        hook.remove()
+    assert passes == [(100, 0)] + [(80, 100)] * 6
+    assert [p.n for p in points] == [1, 4]
 
 
 def test_cli_verify_cost_prints_the_curve(tiny_models):

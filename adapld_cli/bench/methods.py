@@ -25,6 +25,9 @@ Method names: the engine's (``ar``, ``pld``, ``adapld``) come from
   they equal ``ar`` / ``adapld``, and on a CPU they run the static passes eagerly).
 - ``ar-eager`` / ``adapld-eager``: the same with dynamic passes (``graphs=False``, the
   default on a CPU): on a GPU, what the graphs gain and whether they change an output.
+- ``ar-buckets`` / ``adapld-buckets``: static passes of several sizes (``graphs=True``,
+  ``uniform=False``): on a GPU, what one uniform shape with key planes (the CUDA default,
+  what makes the passes exact there) costs against passes sized to the tree.
 
 Engine methods and ablations are lossless by construction: an output that differs from ``ar``
 is a bug. The transformers baselines run other code (and possibly other kernels), so for them
@@ -62,9 +65,15 @@ VARIANTS: dict[str, dict[str, bool]] = {
     "ar-graphs": {"graphs": True},
     "adapld-eager": {"graphs": False},
     "ar-eager": {"graphs": False},
+    "adapld-buckets": {"graphs": True, "uniform": False},
+    "ar-buckets": {"graphs": True, "uniform": False},
 }
 # the engine method a variant runs (default: adapld)
-VARIANT_METHOD = {"ar-graphs": Method.ar.value, "ar-eager": Method.ar.value}
+VARIANT_METHOD = {
+    "ar-graphs": Method.ar.value,
+    "ar-eager": Method.ar.value,
+    "ar-buckets": Method.ar.value,
+}
 ALL_METHODS = (
     Method.ar.value, *BASELINES, Method.pld.value, Method.adapld.value, *ABLATIONS, *VARIANTS
 )  # fmt: skip

@@ -55,8 +55,12 @@ def measure(
     repeats: int = REPEATS,
     seed: int = 0,
     graphs: bool = False,
+    uniform: bool = False,
+    planes: bool = False,
 ) -> list[CostPoint]:
-    """Per-``n`` forward cost on ``model`` over a ``context``-token cache (see module doc)."""
+    """Per-``n`` forward cost on ``model`` over a ``context``-token cache (see module doc).
+    ``graphs``: through the engine's static passes; ``uniform``: all of one shape (then
+    every ``n`` costs one full pass), ``planes``: with key planes (``AdaPLDSettings``)."""
     import torch
     from transformers import DynamicCache
 
@@ -68,8 +72,8 @@ def measure(
     device = next(model.parameters()).device
     high = min(TOKEN_RANGE, model.config.vocab_size)
     gen = torch.Generator().manual_seed(seed)
-    if graphs:
-        return _static_curve(model, context, sizes, repeats, high, gen)
+    if graphs or uniform:
+        return _static_curve(model, context, sizes, repeats, high, gen, uniform, planes)
     cache_kw = cache_keyword(model.forward)
     cache = DynamicCache(config=model.config)
     medians: dict[int, float] = {}
@@ -84,16 +88,28 @@ def measure(
 
 
 def _static_curve(
-    model: Any, context: int, sizes: tuple[int, ...], repeats: int, high: int, gen: Any
+    model: Any,
+    context: int,
+    sizes: tuple[int, ...],
+    repeats: int,
+    high: int,
+    gen: Any,
+    uniform: bool = False,
+    planes: bool = False,
 ) -> list[CostPoint]:
     """:func:`measure` through the engine's runner with static verify passes."""
     import torch
 
     from adapld_cli.engine.adapter import ModelRunner
+    from adapld_cli.engine.graphs import BUCKETS, uniform_shape
+    from adapld_cli.engine.settings import AdaPLDSettings
 
+    # uniform: the default settings' one shape (80 rows for a 64-node budget), as adapld runs
+    widest = max(uniform_shape(AdaPLDSettings().node_budget), max(sizes))
+    shapes = (widest,) if uniform else BUCKETS
     runner = ModelRunner(
-        model, hidden_layer=None, want_hidden=False, capacity=context + max(sizes) + 8,
-        static=True,
+        model, hidden_layer=None, want_hidden=False, capacity=context + max(shapes) + 8,
+        static=True, shapes=shapes, planes=uniform and planes,
     )  # fmt: skip
     sync = torch.cuda.synchronize if runner.device.type == "cuda" else (lambda: None)
     medians: dict[int, float] = {}

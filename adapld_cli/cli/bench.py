@@ -217,14 +217,21 @@ def _verify_cost(loaded: Any, settings: Any = None) -> int:
     from adapld_cli.engine.settings import AdaPLDSettings
 
     device_type = next(loaded.model.parameters()).device.type
-    graphs = (settings or AdaPLDSettings()).static_passes(device_type)
+    settings = settings or AdaPLDSettings()
+    graphs = settings.static_passes(device_type)
+    uniform = settings.uniform_passes(device_type)
+    planes = settings.key_planes(device_type)
+    passes = ""
+    if graphs:
+        passes = ", uniform static passes" if uniform else ", static passes (graphs=true)"
+        passes += " with key planes" if planes else ""
     title = (
         f"forward cost over a {CONTEXT}-token cache, median of {REPEATS}: {loaded.name} "
         f"[{loaded.device}, {loaded.dtype}, {loaded.weights_label()}, "
-        f"threads={torch.get_num_threads()}{', static passes (graphs=true)' if graphs else ''}]"
+        f"threads={torch.get_num_threads()}{passes}]"
     )
     try:
-        points = measure(loaded.model, graphs=graphs)
+        points = measure(loaded.model, graphs=graphs, uniform=uniform, planes=planes)
     except ValueError as exc:  # a model with too few positions
         raise _Usage(f"--verify-cost: {exc}") from None
     typer.echo(format_curve(points, title), nl=False)

@@ -122,6 +122,29 @@ def planes_attention(
     return out.squeeze(2).unsqueeze(0), None
 
 
+def captured_attention() -> Any:
+    """A context in which ``scaled_dot_product_attention`` may use every backend, cuDNN's
+    first, whatever the process-wide flags say: for the warm-up and capture of a static
+    pass. :func:`adapld_cli.model.placement.tune_attention` switches cuDNN off for eager
+    passes, where it pays a ~2 ms execution-graph build on every new shape; a captured graph
+    pays that once per shape, and cuDNN's kernel was the fastest there (H200, torch 2.11:
+    a 1-token pass through graphs 5.2 ms with it, 9.3 ms with memory-efficient attention,
+    342 us a call against cuDNN's ~8 us; docs/design.md, "Static passes"). A backend that
+    cannot run a call is passed over for the next."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    order = [
+        SDPBackend.CUDNN_ATTENTION,
+        SDPBackend.FLASH_ATTENTION,
+        SDPBackend.EFFICIENT_ATTENTION,
+        SDPBackend.MATH,
+    ]
+    try:
+        return sdpa_kernel(order, set_priority=True)
+    except TypeError:  # a torch without priorities: its own order among all four
+        return sdpa_kernel(order)
+
+
 def _register_planes() -> None:
     from transformers import AttentionInterface
     from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
@@ -306,12 +329,12 @@ class StaticPasses:
         pass, the replay computes it again), or run it eagerly when capture fails."""
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
+        with torch.cuda.stream(side), captured_attention():
             buf.out, buf.hidden = self._run(buf)  # warm-up: allocations, lazy inits
         torch.cuda.current_stream().wait_stream(side)
         graph = torch.cuda.CUDAGraph()
         try:
-            with torch.cuda.graph(graph, pool=self._pool):
+            with torch.cuda.graph(graph, pool=self._pool), captured_attention():
                 out, hidden = self._run(buf)
         except Exception as exc:  # noqa: BLE001 - any capture failure leaves the bucket eager
             self.capture = False

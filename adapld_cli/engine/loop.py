@@ -52,7 +52,8 @@ def stream(
     are taken over, bit for bit; ``stats.cached_tokens`` counts them). ``settings.graphs``
     and ``settings.uniform`` apply to every method: verify passes run as static passes (CUDA
     graphs on a GPU, :mod:`adapld_cli.engine.graphs`; by default on CUDA only;
-    ``stats.graph_passes`` counts the replays), with ``uniform`` all of one shape.
+    ``stats.graph_passes`` counts the replays), with ``uniform`` all of one shape (on CUDA by
+    default, with key planes: what makes them exact there).
     """
     config = config or GenerationConfig()
     if not prompt_ids:
@@ -120,16 +121,17 @@ def _passes(
     """The runner's pass arguments: its cache capacity (the prompt, the answer and one pass's
     nodes; a budget beyond 4,096 new tokens grows it by doubling when reached, except with
     ``uniform``, which preallocates it all), whether its passes are static (no settings:
-    the defaults', :meth:`AdaPLDSettings.static_passes`) and their shapes."""
+    the defaults', :meth:`AdaPLDSettings.static_passes`), their shapes and key planes
+    (:meth:`AdaPLDSettings.uniform_passes`, :meth:`AdaPLDSettings.key_planes`)."""
     settings = settings or AdaPLDSettings()
-    uniform = settings.uniform
+    uniform = settings.uniform_passes(device_type)
     shapes = (uniform_shape(settings.node_budget),) if uniform else BUCKETS
     answer = config.max_new_tokens if uniform else min(config.max_new_tokens, 4096)
     return {
         "capacity": prompt_len + answer + max(128, shapes[-1]),
         "static": settings.static_passes(device_type),
         "shapes": shapes,
-        "planes": uniform and settings.planes,
+        "planes": settings.key_planes(device_type),
     }
 
 

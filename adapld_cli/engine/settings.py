@@ -56,21 +56,25 @@ class AdaPLDSettings:
             that). The bench's ``*-graphs`` / ``*-eager`` methods force either.
         uniform: every pass at one static shape, the largest pass's (``node_budget + 1``
             rows rounded up to 16; :func:`adapld_cli.engine.graphs.uniform_shape`), ``ar``'s
-            single-token steps and the LM head included; implies ``graphs``. No product then
-            sees a pass's size, so where the kernels are not batch-invariant (a GPU's: cuBLAS
-            picks kernels by shape) the rows of the draft tree's copied chain are ``ar``'s
-            bit for bit; a branch node's keys lie further on than ``ar`` puts them, which
-            attention can still see (``planes``). It costs a full pass each step: nothing
-            much where a pass's cost is flat in its size (a GPU), too much on a CPU (which
-            has exact kernels). The KV cache is then preallocated for all of
+            single-token steps and the LM head included; ``True`` implies ``graphs``. No
+            product then sees a pass's size, so where the kernels are not batch-invariant (a
+            GPU's: cuBLAS picks kernels by shape) the rows of the draft tree's copied chain
+            are ``ar``'s bit for bit; a branch node's keys lie further on than ``ar`` puts
+            them, which attention can still see (``planes``). It costs a full pass each step:
+            nothing much where a pass's cost is flat in its size (a GPU), too much on a CPU
+            (which has exact kernels). The KV cache is then preallocated for all of
             ``max_new_tokens`` (its width is a shape the kernels see; growing it mid-answer
-            would change it at a different step for each method).
+            would change it at a different step for each method). ``None`` = wherever static
+            passes run on CUDA (:meth:`uniform_passes`): on an H200 passes of several sizes
+            were not exact (2 of 26 CanItEdit tasks differed from ``ar``; 77 of 130 tree rows
+            bitwise equal to single steps), uniform passes with ``planes`` were (130 of 130;
+            docs/design.md, "Exactness on a GPU").
         planes: with ``uniform``, each row attends its own copy of the keys laid out as
             plain decoding lays them out for it (:func:`adapld_cli.engine.graphs.
             planes_attention`), so a branch node's attention has ``ar``'s inputs too: exact
             where the attention kernel computes a batch item independently of the others
-            (torch's stock CPU kernels do not always; a GPU is to measure). Costs a copy of
-            the keys per row and layer.
+            (torch's stock CPU kernels do not always; a GPU's did). Costs a copy of the keys
+            per row and layer. ``None`` = with uniform passes on CUDA (:meth:`key_planes`).
         branches / cursor / rerank / adaptive: ablation switches (like ``semantic=False``).
             With ``adaptive=False`` the drafter always drafts ``max_draft_len`` and the full
             tree.
@@ -92,8 +96,8 @@ class AdaPLDSettings:
     topk_lookup: bool | None = None
     semantic: bool | None = None
     graphs: bool | None = None
-    uniform: bool = False
-    planes: bool = False
+    uniform: bool | None = None
+    planes: bool | None = None
     branches: bool = True
     cursor: bool = True
     rerank: bool = True
@@ -101,11 +105,25 @@ class AdaPLDSettings:
 
     def static_passes(self, device_type: str) -> bool:
         """Whether verify passes run as static passes (:mod:`adapld_cli.engine.graphs`) on a
-        device of this type (``"cuda"``, ``"cpu"`` ...): always with ``uniform``, else as
-        ``graphs`` says, ``None`` meaning on CUDA only."""
+        device of this type (``"cuda"``, ``"cpu"`` ...): always with ``uniform=True``, else
+        as ``graphs`` says, ``None`` meaning on CUDA only."""
         if self.uniform:
             return True
         return device_type == "cuda" if self.graphs is None else self.graphs
+
+    def uniform_passes(self, device_type: str) -> bool:
+        """Whether every pass runs at one shape (``uniform``) on a device of this type:
+        ``None`` meaning whenever static passes run on CUDA."""
+        if self.uniform is None:
+            return device_type == "cuda" and self.static_passes(device_type)
+        return self.uniform
+
+    def key_planes(self, device_type: str) -> bool:
+        """Whether uniform passes attend per-row key planes (``planes``) on a device of this
+        type: ``None`` meaning on CUDA."""
+        if not self.uniform_passes(device_type):
+            return False
+        return device_type == "cuda" if self.planes is None else self.planes
 
     def without(self, component: str) -> AdaPLDSettings:
         """A copy with one component switched off (``semantic``, ``branches``, ``cursor``,

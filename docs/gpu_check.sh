@@ -5,34 +5,39 @@
 #
 #   bash docs/gpu_check.sh [1|2|3] [CANITEDIT.jsonl]
 #
-# The call after the kit's, as made on 2026-12-04 (for part 2 copy ../shared/bench/
-# canitedit.jsonl to .gpu-kit/, carry it and name it as the 2nd argument):
-#   mkdir -p /tmp/o; PACK=$OUT/all.tgz OUT=/tmp/o BUDGET=540 KIT=/tmp/kit bash docs/gpu_check.sh 1
+# The call after the kit's, as made on 2026-12-04 (copy ../shared/bench/canitedit.jsonl to
+# .gpu-kit/, carry it and name it as the 2nd argument):
+#   mkdir -p /tmp/o; PACK=$OUT/all.tgz OUT=/tmp/o BUDGET=540 KIT=/tmp/kit \
+#     bash docs/gpu_check.sh 1 .gpu-kit/canitedit.jsonl
 # then read $OUT/all.tgz (steps.txt, every step's log, the bench's JSON and Markdown).
 #
 # Installs the wheels, prepares the model, then runs each check of the part asked for under
 # its own timeout, in the order of what a session most needs, with its output teed to $OUT
 # (default /tmp/out). On CUDA every method runs static passes replayed as CUDA graphs by
-# default; `-eager` methods and `--set graphs=false` run the dynamic passes instead.
-#   part 1 (~8 minutes on an H200 with coder-1.5b)
-#   1. verify-cost.log         the cost of a pass over n = 1..64 tokens (graphs: the default)
-#   2. verify-cost-eager.log   the same with eager passes (--set graphs=false)
-#   3. cases.json              the six edit cases, ar,adapld,adapld-eager,hf-pld,hf: the
-#                              README's GPU table; = ar of adapld with and without graphs
-#   4. profile/                torch.profiler over 50 ar steps and 20 adapld passes, graphs
-#                              (docs/gpu_profile.py --modes graphs)
-#   5. exact.log               2 trees of 65 nodes vs single steps, eager, static, uniform and
+# default, all of one shape with key planes (exact by shape: `uniform`, `planes`);
+# `-buckets` methods and `--set uniform=false` run static passes sized to the tree, `-eager`
+# methods and `--set graphs=false` dynamic passes.
+#   part 1 (~9 minutes on an H200 with coder-1.5b)
+#   1. verify-cost.log         the cost of a pass (the default: uniform, planes; every n one
+#                              80-row pass)
+#   2. verify-cost-buckets.log the cost of a pass over n = 1..64 tokens, bucketed static passes
+#   3. cases.json              the six edit cases, ar,adapld,adapld-buckets,hf-pld,hf: the
+#                              README's GPU table; = ar of adapld with and without uniform
+#   4. exact.log               2 trees of 65 nodes vs single steps, eager, static, uniform and
 #                              uniform with key planes: rows bitwise equal (chain / branches)
 #                              / same argmax (docs/gpu_exact.py)
-#   part 2 (~9 minutes; CANITEDIT.jsonl needed)
-#   6. canitedit.json   CanItEdit 21-30, ar,hf-pld,adapld: the "5x hf-pld" target
-#   7. ablations.json   CanItEdit 31-40, ar,adapld,adapld-no-semantic,adapld-no-branches:
-#                       with step 6, identity over 20 tasks; what the semantic fallback and
-#                       branches pay on a GPU
-#   part 3 (~6 minutes)
-#   8. uniform.json     the six edit cases, ar,adapld, every pass of both at one shape
-#                       (--set uniform=true): = ar here is exact by shape; the speed it keeps
-#   9. profile/         the profile of eager passes (--modes eager)
+#   5. identity.json           CanItEdit 21-40, ar,adapld (CANITEDIT.jsonl needed): = ar over
+#                              20 tasks, the identity count
+#   part 2 (~6 minutes; CANITEDIT.jsonl needed for 7 and 8)
+#   6. profile/         torch.profiler over 50 ar steps and 20 adapld passes, graphs
+#                       (docs/gpu_profile.py --modes graphs)
+#   7. canitedit.json   CanItEdit 21-30, ar,hf-pld,adapld: the "5x hf-pld" target
+#   8. ablations.json   CanItEdit 31-40, ar,adapld,adapld-no-semantic,adapld-no-branches:
+#                       what the semantic fallback and branches pay on a GPU
+#   part 3 (~4 minutes)
+#   9. eager.json       the six edit cases, ar-eager,adapld-eager,ar-buckets: what the
+#                       graphs and the uniform shape gain
+#  10. profile/         the profile of eager passes (--modes eager)
 # A step that runs out of time is cut and the next one starts. Every step's exit status is in
 # $OUT/steps.txt; PACK=FILE keeps a .tar.gz of $OUT (less the profile's Chrome traces) up to
 # date after each step, since a device call returns at most 8 files. BUDGET=SECONDS caps the
@@ -41,9 +46,11 @@
 # kit does not bring it: add its wheel to the kit (`pip download --no-deps -d .gpu-kit/whl
 # pyflakes`); the script stops at once (exit 3) when an import it needs fails.
 #
-# Measured on 2026-12-04 (a session with 15 device minutes): the kit's 23 calls took 2 minutes
-# when made one right after another (several `run` calls in one message run in turn, ~3.5 s
-# each), the machine's start included; that left one call of ~9 minutes.
+# Measured on 2026-12-04 (two sessions with 15 device minutes each): the kit's 23 calls took
+# 2 minutes when made one right after another (several `run` calls in one message run in
+# turn, ~3.5 s each), the machine's start included. The second session put the kit's calls,
+# part 1 (BUDGET=540: 435 s) and part 2 (BUDGET=195) in one message, so the machine never
+# sat idle, and had 137 s left for one more short call.
 #
 # Rehearsal on a CPU, in an environment like the device's (its transformers and packages; see
 # the GPU kit), before a session spends device time on it:
@@ -106,29 +113,36 @@ cat "$KIT"/part.* > /tmp/m.gguf
 step prepare 120 adapld model prepare --model /tmp/m.gguf
 model=(--model /tmp/m.gguf --device "${DEVICE:-cuda}")
 cases=(--tasks adapld_cli/bench/edit_cases.jsonl "${quick[@]}")
+need_tasks() {  # need_tasks STEP: whether a tasks file was given (else the step is skipped)
+  [ -n "$tasks" ] && return 0
+  echo "$1 rc=skip: no CANITEDIT.jsonl given" | tee -a "$OUT/steps.txt"
+  return 1
+}
 if [ "$part" = 1 ]; then
   step verify-cost 40 adapld bench "${model[@]}" --verify-cost
-  step verify-cost-eager 40 adapld bench "${model[@]}" --verify-cost --set graphs=false
-  step cases 300 adapld bench "${model[@]}" "${cases[@]}" \
-    --methods ar,adapld,adapld-eager,hf-pld,hf --json "$OUT/cases.json" --markdown "$OUT/cases.md"
+  step verify-cost-buckets 40 adapld bench "${model[@]}" --verify-cost --set uniform=false
+  step cases 270 adapld bench "${model[@]}" "${cases[@]}" \
+    --methods ar,adapld,adapld-buckets,hf-pld,hf --json "$OUT/cases.json" --markdown "$OUT/cases.md"
+  step exact 60 python3 docs/gpu_exact.py "${model[@]}" --trees 2 "${exact[@]}"
+  if need_tasks identity; then
+    step identity 150 adapld bench "${model[@]}" --tasks "$tasks" --offset 20 --limit 20 \
+      "${quick[@]}" --methods ar,adapld --json "$OUT/identity.json" --markdown "$OUT/identity.md"
+  fi
+elif [ "$part" = 2 ]; then
   step profile 60 python3 docs/gpu_profile.py "${model[@]}" --modes graphs "${profile[@]}" \
     --out "$OUT/profile"
-  step exact 60 python3 docs/gpu_exact.py "${model[@]}" --trees 2 "${exact[@]}"
-elif [ "$part" = 2 ]; then
-  if [ -n "$tasks" ]; then
-    step canitedit 240 adapld bench "${model[@]}" --tasks "$tasks" --offset 20 --limit 10 \
+  if need_tasks canitedit; then
+    step canitedit 150 adapld bench "${model[@]}" --tasks "$tasks" --offset 20 --limit 10 \
       "${quick[@]}" --methods ar,hf-pld,adapld --json "$OUT/canitedit.json" \
       --markdown "$OUT/canitedit.md"
-    step ablations 300 adapld bench "${model[@]}" --tasks "$tasks" --offset 30 --limit 10 \
+    step ablations 150 adapld bench "${model[@]}" --tasks "$tasks" --offset 30 --limit 10 \
       "${quick[@]}" --methods ar,adapld,adapld-no-semantic,adapld-no-branches \
       --json "$OUT/ablations.json" --markdown "$OUT/ablations.md"
-  else
-    echo "part 2 rc=skip: no CANITEDIT.jsonl given" | tee -a "$OUT/steps.txt"
   fi
 elif [ "$part" = 3 ]; then
-  step uniform 150 adapld bench "${model[@]}" "${cases[@]}" --set uniform=true \
-    --methods ar,adapld --json "$OUT/uniform.json" --markdown "$OUT/uniform.md"
-  step profile 120 python3 docs/gpu_profile.py "${model[@]}" --modes eager "${profile[@]}" \
+  step eager 150 adapld bench "${model[@]}" "${cases[@]}" \
+    --methods ar-eager,adapld-eager,ar-buckets --json "$OUT/eager.json" --markdown "$OUT/eager.md"
+  step profile 90 python3 docs/gpu_profile.py "${model[@]}" --modes eager "${profile[@]}" \
     --out "$OUT/profile"
 else
   echo "no part $part: 1, 2 or 3" | tee -a "$OUT/steps.txt"

@@ -366,3 +366,19 @@ def test_key_planes_make_branch_rows_exact():
         want = generate(model, prompt, cfg, "ar", settings=settings).tokens
         out = generate(model, prompt, cfg, "adapld", settings=settings)
         assert out.tokens == want and out.stats.accepted_draft_tokens > 0, seed
+
+
+def test_cuda_passes_default_to_one_shape_with_key_planes():
+    """What the loop asks of a CUDA runner by default: static passes of the one uniform shape
+    with key planes, the cache preallocated for the whole answer; a CPU keeps dynamic passes
+    of the bucket sizes, and ``uniform=false`` the buckets on CUDA."""
+    from adapld_cli.engine.loop import _passes
+
+    cfg = GenerationConfig(max_new_tokens=6000)
+    cuda = _passes(100, cfg, None, "cuda")
+    assert cuda == {"capacity": 100 + 6000 + 128, "static": True, "shapes": (80,), "planes": True}
+    cpu = _passes(100, cfg, None, "cpu")
+    assert cpu == {"capacity": 100 + 4096 + 129, "static": False, "shapes": BUCKETS,
+                   "planes": False}  # fmt: skip
+    buckets = _passes(100, cfg, AdaPLDSettings(uniform=False), "cuda")
+    assert buckets["static"] and buckets["shapes"] == BUCKETS and not buckets["planes"]

@@ -113,13 +113,17 @@ def planes_attention(
         return sdpa_attention_forward(
             module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs
         )
-    q = query[0].transpose(0, 1).unsqueeze(2)  # [b, H, 1, d]
+    b, heads, kv, d = query.shape[2], query.shape[1], key.shape[1], query.shape[3]
+    # a key head's query heads as its query rows ([b, KV, H / KV, d]; transformers' grouping:
+    # head h reads key head h // (H / KV)): no enable_gqa, which with a mask sends torch to
+    # its math backend and a copy of the keys per query head
+    q = query[0].transpose(0, 1).reshape(b, kv, heads // kv, d)
     k = key[0].transpose(0, 1)[buf.gather].transpose(1, 2)  # [b, KV, capacity, d]
     v = value[0].transpose(0, 1)[buf.gather].transpose(1, 2)
     out = torch.nn.functional.scaled_dot_product_attention(
-        q, k, v, attn_mask=buf.seen, scale=scaling, enable_gqa=k.shape[1] != q.shape[1]
-    )  # [b, H, 1, d]
-    return out.squeeze(2).unsqueeze(0), None
+        q, k, v, attn_mask=buf.seen, scale=scaling
+    )  # [b, KV, H / KV, d]
+    return out.reshape(b, heads, d).unsqueeze(0), None
 
 
 def captured_attention() -> Any:

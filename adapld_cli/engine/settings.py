@@ -48,12 +48,12 @@ class AdaPLDSettings:
         semantic: the semantic fallback. ``None`` = on for CUDA devices only: on a CPU it
             cost more than it gained (README, Performance: ablations on 20 CanItEdit tasks).
         graphs: verify passes as static-shape passes over the whole preallocated cache, one
-            shape per size bucket, captured and replayed as CUDA graphs on a GPU
-            (:mod:`adapld_cli.engine.graphs`); applies to every method, ``ar`` included.
-            ``None`` = on for CUDA devices only (:meth:`static_passes`): on an H200 they made
-            adapld 3-5x faster than eager passes, every output ``= ar`` (docs/design.md,
-            "Static passes"); on a CPU the passes run eagerly, only slower (the tests use
-            that). The bench's ``*-graphs`` / ``*-eager`` methods force either.
+            shape per size bucket (or one shape: ``uniform``), captured and replayed as CUDA
+            graphs on a GPU (:mod:`adapld_cli.engine.graphs`); applies to every method,
+            ``ar`` included. ``None`` = on for CUDA devices only (:meth:`static_passes`): on
+            an H200 they made adapld 2-3x faster than eager passes (docs/design.md, "Static
+            passes"); on a CPU the passes run eagerly, only slower (the tests use that). The
+            bench's ``*-graphs`` / ``*-eager`` methods force either.
         uniform: every pass at one static shape, the largest pass's (``node_budget + 1``
             rows rounded up to 16; :func:`adapld_cli.engine.graphs.uniform_shape`), ``ar``'s
             single-token steps and the LM head included; ``True`` implies ``graphs``. No

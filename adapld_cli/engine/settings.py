@@ -51,7 +51,7 @@ class AdaPLDSettings:
             shape per size bucket (or one shape: ``uniform``), captured and replayed as CUDA
             graphs on a GPU (:mod:`adapld_cli.engine.graphs`); applies to every method,
             ``ar`` included. ``None`` = on for CUDA devices only (:meth:`static_passes`): on
-            an H200 they made adapld 2-3x faster than eager passes (docs/design.md, "Static
+            an H200 they made adapld 1.8-3.5x faster than eager passes (docs/design.md, "Static
             passes"); on a CPU the passes run eagerly, only slower (the tests use that). The
             bench's ``*-graphs`` / ``*-eager`` methods force either.
         uniform: every pass at one static shape, the largest pass's (``node_budget + 1``

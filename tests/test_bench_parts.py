@@ -189,6 +189,11 @@ def test_baseline_differences_are_notes_engine_differences_are_problems():
     doc = document({}, rows, ["ar", "hf", "adapld"])
     assert len(doc["problems"]) == 1 and doc["problems"][0].startswith("adapld differs")
     assert len(doc["baseline_differences"]) == 1 and "hf differs" in doc["baseline_differences"][0]
+    assert doc["graph_fallbacks"] == []
+    rows[2]["graph_fallback"] = "RuntimeError: capture"
+    assert document({}, rows, ["ar", "hf", "adapld"])["graph_fallbacks"] == [
+        "adapld on t: CUDA graph capture failed, passes ran eagerly (RuntimeError: capture)"
+    ]
     results = BenchResults({}, ["ar", "hf"], rows[:2])
     assert results.exit_code(results.document()) == 0
     results.interrupted = True

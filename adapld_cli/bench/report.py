@@ -6,7 +6,9 @@ builds the JSON document (top-level ``meta``, ``methods`` = method -> summary, `
 rows, ``skipped``, ``problems``); :func:`markdown` and :func:`rich_table` render it.
 :func:`problems` lists greedy outputs of the engine's methods that differ from ``ar`` (always a
 bug: they are lossless) — the CLI prints them loudly and exits 1; ``baseline_differences``
-lists those of the transformers baselines (printed as a note: not an adapld bug).
+lists those of the transformers baselines (printed as a note: not an adapld bug);
+``graph_fallbacks`` the runs whose CUDA graph capture failed (their passes ran eagerly:
+slower, and on another kernel path than the runs whose capture held).
 
 Summary keys: ``tasks``, ``new_tokens``, ``total_s``, ``tok_s`` (end-to-end tokens/s over all
 tasks), ``prefill_s``, ``decode_s``, ``decode_tok_s``, ``speedup_vs_ar`` (geometric mean over
@@ -142,6 +144,16 @@ def baseline_differences(rows: list[dict[str, Any]]) -> list[str]:
     ]
 
 
+def graph_fallbacks(rows: list[dict[str, Any]]) -> list[str]:
+    """One line per run whose CUDA graph capture failed (``Stats.graph_fallback``)."""
+    return [
+        f"{r['method']} on {r['task']}: CUDA graph capture failed, passes ran eagerly "
+        f"({r['graph_fallback']})"
+        for r in rows
+        if r.get("graph_fallback")
+    ]
+
+
 def _differs(r: dict[str, Any]) -> str:
     return (
         f"{r['method']} differs from ar on {r['task']} (first differing token at "
@@ -178,6 +190,7 @@ def document(
         "reference_pass": reference_pass or {},
         "problems": problems(rows),
         "baseline_differences": baseline_differences(rows),
+        "graph_fallbacks": graph_fallbacks(rows),
     }
 
 

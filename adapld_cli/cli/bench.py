@@ -287,6 +287,8 @@ def _report(console: Any, results: Any, out: _Outputs) -> int:
         raise _Usage(f"cannot write output: {exc}") from None
     for line in doc["baseline_differences"]:
         _line(console, f"note: {line} (a transformers baseline: not an adapld bug)", "yellow")
+    for line in doc.get("graph_fallbacks", []):
+        _line(console, f"note: {line}", "yellow")
     for line in doc["problems"]:
         _line(console, f"ERROR: {line}", "bold red")
     if doc["problems"]:

@@ -10,7 +10,10 @@ For each mode of ``--modes`` (default ``graphs,eager``: static passes replayed a
 steps run unprofiled, then the next ``--steps`` (ar) or ``--passes`` (adapld) events are profiled
 (CPU activities, and CUDA ones on a GPU). Printed: the wall time per event, the top entries by
 self device time and by self CPU time, and the host-device synchronisations and copies per
-event (``cudaStreamSynchronize``, ``cudaMemcpyAsync`` ...). A Chrome trace of each goes to
+event (``cudaStreamSynchronize``, ``cudaMemcpyAsync`` ...), and the host time per event of
+each phase of a step (the engine's ``adapld.draft`` / ``verify`` / ``accept`` / ``record`` /
+``feedback`` ranges, ``loop.PROFILE_PHASES``: on a GPU a phase's time includes its waits for
+the device). A Chrome trace of each goes to
 ``--out`` (open in Perfetto). The same script runs on a CPU (``tests/test_docs_scripts.py``
 runs it on a tiny model), so it is ready before a device is lent.
 """
@@ -43,12 +46,14 @@ def profile_method(
 ) -> dict[str, Any]:
     """Profile ``events`` decode events of ``method`` after ``warmup`` unprofiled ones; returns
     ``{"method", "events", "tokens", "event_ms" (median), "device_table", "cpu_table",
-    "syncs_per_event"}`` (the tables as text)."""
+    "syncs_per_event", "phase_ms"}`` (the tables as text; ``phase_ms``: phase -> host
+    milliseconds per event)."""
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    from adapld_cli.engine import AdaPLDSettings, GenerationConfig, stream
+    from adapld_cli.engine import AdaPLDSettings, GenerationConfig, loop, stream
 
+    loop.PROFILE_PHASES = True
     cuda = next(model.parameters()).device.type == "cuda"
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
     config = GenerationConfig(max_new_tokens=4096, stop_strings=stop_strings)
@@ -71,9 +76,15 @@ def profile_method(
             if event.finished:
                 break
     gen.close()
+    loop.PROFILE_PHASES = False
     n = max(len(times), 1)
     averages = prof.key_averages()
     syncs = {e.key: e.count / n for e in averages if e.key in SYNC_OPS}
+    phases = {
+        e.key.removeprefix("adapld."): round(e.cpu_time_total / n / 1e3, 3)
+        for e in averages
+        if e.key.startswith("adapld.")
+    }
     device_key = "self_cuda_time_total" if cuda else "self_cpu_time_total"
     if trace is not None and times:
         prof.export_chrome_trace(str(trace))
@@ -86,6 +97,7 @@ def profile_method(
         "device_table": averages.table(sort_by=device_key, row_limit=rows),
         "cpu_table": averages.table(sort_by="self_cpu_time_total", row_limit=rows),
         "syncs_per_event": syncs,
+        "phase_ms": phases,
     }
 
 
@@ -94,7 +106,8 @@ def report(result: dict[str, Any]) -> str:
     head = (
         f"== {result['method']}: {result['events']} events, {result['tokens']} tokens, "
         f"median {result['event_ms']:.2f} ms an event; host-device syncs and copies per "
-        f"event: {json.dumps(result['syncs_per_event'])}"
+        f"event: {json.dumps(result['syncs_per_event'])}; host ms per event by phase: "
+        f"{json.dumps(result['phase_ms'])}"
     )
     return "\n".join(
         [head, "-- by self device time", result["device_table"], "-- by self CPU time",

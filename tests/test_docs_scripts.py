@@ -34,6 +34,11 @@ def test_gpu_profile_profiles_ar_steps_and_adapld_passes(tmp_path):
     text = gpu_profile.report(ad)
     assert text.startswith("== adapld: 4 events") and "aten::" in text
     assert ar["syncs_per_event"] == {}  # no CUDA here
+    assert set(ad["phase_ms"]) == {"draft", "verify", "accept", "record", "feedback"}
+    assert all(ms > 0 for ms in ad["phase_ms"].values()) and "by phase" in text
+    from adapld_cli.engine import loop
+
+    assert loop.PROFILE_PHASES is False  # off again after profiling
 
 
 def test_gpu_profile_with_graphs():

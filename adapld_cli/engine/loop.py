@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator, Sequence
+from contextlib import nullcontext
 from typing import Any
 
 import torch
@@ -28,6 +29,17 @@ from adapld_cli.engine.settings import AdaPLDSettings
 from adapld_cli.engine.stops import StopChecker
 from adapld_cli.engine.tree import DraftTree, accept
 from adapld_cli.engine.types import GenerationConfig, GenerationResult, Source, Stats, StepEvent
+
+# Set by docs/gpu_profile.py: each step's phases become torch.profiler ranges named
+# ``adapld.<phase>`` (draft, verify, accept, record, feedback); off, they cost nothing.
+PROFILE_PHASES = False
+
+
+def _phase(name: str) -> Any:
+    """The profiler range of one phase of a step while :data:`PROFILE_PHASES`, else a no-op."""
+    if not PROFILE_PHASES:
+        return nullcontext()
+    return torch.profiler.record_function(f"adapld.{name}")
 
 
 def stream(
@@ -173,28 +185,32 @@ def _decode(
     while True:
         t_step = time.perf_counter()
         remaining = config.max_new_tokens - len(ctx.tokens) + ctx.prompt_len
-        tree = drafter.propose(ctx, remaining - 1)
+        with _phase("draft"):
+            tree = drafter.propose(ctx, remaining - 1)
         root_pos = ctx.pending  # == runner.cache_len
         chain = tree.is_chain
         t_pass = time.perf_counter()
-        out = runner.verify(
-            tree.tokens,
-            None if chain else tree.parents,
-            None if chain else tree.depths,
-            pass_topk,  # read with the argmax (on a GPU: one sync a pass)
-        )
-        path, bonus = accept(tree, chooser.bind(out.logits))
+        with _phase("verify"):
+            out = runner.verify(
+                tree.tokens,
+                None if chain else tree.parents,
+                None if chain else tree.depths,
+                pass_topk,  # read with the argmax (on a GPU: one sync a pass)
+            )
+        with _phase("accept"):
+            path, bonus = accept(tree, chooser.bind(out.logits))
         pass_s = time.perf_counter() - t_pass
         ctx.cost.observe(len(tree), pass_s)
         stats.pass_s += pass_s
 
-        runner.keep(root_pos, path)
-        rows = torch.tensor(path, device=runner.device)
-        ctx.record(
-            root_pos,
-            None if out.hidden is None else out.hidden.index_select(0, rows),
-            out.logits.topk(path, pass_topk) if pass_topk else None,
-        )
+        with _phase("record"):
+            runner.keep(root_pos, path)
+            rows = torch.tensor(path, device=runner.device)
+            ctx.record(
+                root_pos,
+                None if out.hidden is None else out.hidden.index_select(0, rows),
+                out.logits.topk(path, pass_topk) if pass_topk else None,
+            )
         new = [tree.tokens[i] for i in path[1:]] + [bonus]
         sources = [tree.sources[i] for i in path[1:]] + [Source.MODEL]
         ctx.tokens.extend(new)
@@ -205,7 +221,8 @@ def _decode(
             del ctx.tokens[len(ctx.tokens) - len(new) + keep :]
             new, sources = new[:keep], sources[:keep]
         if reason is None:
-            drafter.feedback(ctx, tree, path, new)
+            with _phase("feedback"):
+                drafter.feedback(ctx, tree, path, new)
 
         _count(stats, tree, new, sources)
         if runner.static is not None:

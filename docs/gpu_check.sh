@@ -21,6 +21,7 @@
 #   1. verify-cost.log         the cost of a pass (the default: uniform, planes; every n one
 #                              80-row pass)
 #   2. verify-cost-buckets.log the cost of a pass over n = 1..64 tokens, bucketed static passes
+#      verify-cost-noplanes.log a uniform pass without key planes: what the planes cost
 #   3. cases.json              the six edit cases, ar,adapld,adapld-buckets,hf-pld,hf: the
 #                              README's GPU table; = ar of adapld with and without uniform
 #   4. exact.log               2 trees of 65 nodes vs single steps, eager, static, uniform and
@@ -121,6 +122,7 @@ need_tasks() {  # need_tasks STEP: whether a tasks file was given (else the step
 if [ "$part" = 1 ]; then
   step verify-cost 40 adapld bench "${model[@]}" --verify-cost
   step verify-cost-buckets 40 adapld bench "${model[@]}" --verify-cost --set uniform=false
+  step verify-cost-noplanes 40 adapld bench "${model[@]}" --verify-cost --set planes=false
   step cases 270 adapld bench "${model[@]}" "${cases[@]}" \
     --methods ar,adapld,adapld-buckets,hf-pld,hf --json "$OUT/cases.json" --markdown "$OUT/cases.md"
   step exact 60 python3 docs/gpu_exact.py "${model[@]}" --trees 2 "${exact[@]}"

@@ -5,7 +5,8 @@ is scarce: one call prints everything, and writes it to ``--out`` as well::
     python docs/gpu_profile.py --device cuda --out $OUT [--model M] [--task NAME]
 
 For each mode of ``--modes`` (default ``graphs,eager``: static passes replayed as CUDA graphs,
-``AdaPLDSettings.graphs``, the default on CUDA, then dynamic eager passes) and each method
+``AdaPLDSettings.graphs``, the default on CUDA: one uniform shape with key planes there, then
+dynamic eager passes; ``buckets``: static passes of the nine sizes) and each method
 (``ar`` then ``adapld``): the prompt is prefilled and ``--warmup``
 steps run unprofiled, then the next ``--steps`` (ar) or ``--passes`` (adapld) events are profiled
 (CPU activities, and CUDA ones on a GPU). Printed: the wall time per event, the top entries by
@@ -29,6 +30,18 @@ from pathlib import Path
 from typing import Any
 
 SYNC_OPS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaMemcpyAsync", "cudaMemcpy")
+# --modes: the settings each runs with (AdaPLDSettings fields), and the suffix of its name
+MODES = {"graphs": {"graphs": True}, "buckets": {"graphs": True, "uniform": False},
+         "eager": {"graphs": False}}  # fmt: skip
+MODE_SUFFIX = {"graphs": "-graphs", "buckets": "-buckets", "eager": ""}
+
+
+def mode_of(settings: Any, device_type: str) -> str:
+    """The ``--modes`` name of ``settings``' passes on this device: eager, static of the
+    default's shapes (``graphs``) or static of the nine sizes (``buckets``)."""
+    if not settings.static_passes(device_type):
+        return "eager"
+    return "buckets" if settings.uniform is False else "graphs"
 
 
 def profile_method(
@@ -88,9 +101,9 @@ def profile_method(
     device_key = "self_cuda_time_total" if cuda else "self_cpu_time_total"
     if trace is not None and times:
         prof.export_chrome_trace(str(trace))
-    graphs = (settings or AdaPLDSettings()).static_passes("cuda" if cuda else "cpu")
     return {
-        "method": method + ("-graphs" if graphs else ""),
+        "method": method
+        + MODE_SUFFIX[mode_of(settings or AdaPLDSettings(), "cuda" if cuda else "cpu")],
         "events": len(times),
         "tokens": tokens,
         "event_ms": statistics.median(times) * 1e3 if times else 0.0,
@@ -145,12 +158,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--out", type=Path, default=None, help="folder for the report + traces")
     parser.add_argument(
-        "--modes", default="graphs,eager", help="graphs (static passes), eager, in this order"
+        "--modes",
+        default="graphs,eager",
+        help="graphs (static passes, the default's shapes), buckets (nine sizes), eager",
     )
     args = parser.parse_args(argv)
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
-    if not modes or set(modes) - {"graphs", "eager"}:
-        parser.error("--modes: graphs and/or eager")
+    if not modes or set(modes) - set(MODES):
+        parser.error(f"--modes: of {', '.join(MODES)}")
 
     from adapld_cli.engine import AdaPLDSettings
 
@@ -159,12 +174,12 @@ def main(argv: list[str] | None = None) -> int:
         args.out.mkdir(parents=True, exist_ok=True)
     texts = []
     runs = [
-        (method, events, AdaPLDSettings(graphs=mode == "graphs"))
+        (method, events, AdaPLDSettings(**MODES[mode]))
         for mode in modes
         for method, events in (("ar", args.steps), ("adapld", args.passes))
     ]
     for method, events, settings in runs:
-        name = method + ("-graphs" if settings.graphs else "")
+        name = method + MODE_SUFFIX[mode_of(settings, next(loaded.model.parameters()).device.type)]
         trace = None if args.out is None else args.out / f"trace_{name}.json"
         result = profile_method(
             loaded.model,

@@ -51,6 +51,10 @@ def test_gpu_profile_with_graphs():
             settings=AdaPLDSettings(graphs=True),
         )  # fmt: skip
     assert r["method"] == "adapld-graphs" and r["events"] == 3
+    modes = {m: AdaPLDSettings(**gpu_profile.MODES[m]) for m in gpu_profile.MODES}
+    assert [gpu_profile.mode_of(s, "cuda") for s in modes.values()] == list(modes)
+    assert gpu_profile.mode_of(AdaPLDSettings(), "cuda") == "graphs"  # the CUDA default
+    assert gpu_profile.mode_of(AdaPLDSettings(), "cpu") == "eager"
 
 
 def test_gpu_exact_compares_tree_rows_with_single_steps():

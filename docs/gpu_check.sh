@@ -38,7 +38,8 @@
 #   part 3 (~4 minutes)
 #   9. eager.json       the six edit cases, ar-eager,adapld-eager,ar-buckets: what the
 #                       graphs and the uniform shape gain
-#  10. profile/         the profile of eager passes (--modes eager)
+#  10. profile/         the profiles of the nine-size static passes and of eager ones
+#                       (--modes buckets,eager)
 # A step that runs out of time is cut and the next one starts. Every step's exit status is in
 # $OUT/steps.txt; PACK=FILE keeps a .tar.gz of $OUT (less the profile's Chrome traces) up to
 # date after each step, since a device call returns at most 8 files. BUDGET=SECONDS caps the
@@ -144,7 +145,7 @@ elif [ "$part" = 2 ]; then
 elif [ "$part" = 3 ]; then
   step eager 150 adapld bench "${model[@]}" "${cases[@]}" \
     --methods ar-eager,adapld-eager,ar-buckets --json "$OUT/eager.json" --markdown "$OUT/eager.md"
-  step profile 90 python3 docs/gpu_profile.py "${model[@]}" --modes eager "${profile[@]}" \
+  step profile 120 python3 docs/gpu_profile.py "${model[@]}" --modes buckets,eager "${profile[@]}" \
     --out "$OUT/profile"
 else
   echo "no part $part: 1, 2 or 3" | tee -a "$OUT/steps.txt"

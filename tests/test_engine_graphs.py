@@ -382,3 +382,21 @@ def test_cuda_passes_default_to_one_shape_with_key_planes():
                    "planes": False}  # fmt: skip
     buckets = _passes(100, cfg, AdaPLDSettings(uniform=False), "cuda")
     assert buckets["static"] and buckets["shapes"] == BUCKETS and not buckets["planes"]
+
+
+def test_captures_allow_cudnn_attention_unless_told_not_to(monkeypatch):
+    """Inside a capture every attention backend may run, cuDNN's too, whatever the process
+    flags say (eager CUDA passes run without it); ``ADAPLD_CAPTURE_CUDNN=0`` keeps the flags."""
+    from adapld_cli.engine.graphs import captured_attention
+
+    before = torch.backends.cuda.cudnn_sdp_enabled()
+    torch.backends.cuda.enable_cudnn_sdp(False)
+    try:
+        with captured_attention():
+            assert torch.backends.cuda.cudnn_sdp_enabled()
+        assert not torch.backends.cuda.cudnn_sdp_enabled()
+        monkeypatch.setenv("ADAPLD_CAPTURE_CUDNN", "0")
+        with captured_attention():
+            assert not torch.backends.cuda.cudnn_sdp_enabled()
+    finally:
+        torch.backends.cuda.enable_cudnn_sdp(before)

@@ -44,7 +44,9 @@ uniform=true --methods ar,adapld``; ``docs/gpu_exact.py``).
 
 from __future__ import annotations
 
+import os
 import weakref
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -52,6 +54,7 @@ import torch
 
 from adapld_cli.engine.tree import ancestors
 
+ENV_CAPTURE_CUDNN = "ADAPLD_CAPTURE_CUDNN"  # "0": captures keep the process's attention flags
 # pass sizes: a root plus 0, 1, 2, 4, ..., 128 draft nodes (node_budget 64 -> 65)
 BUCKETS = (1, 2, 3, 5, 9, 17, 33, 65, 129)
 
@@ -134,7 +137,10 @@ def captured_attention() -> Any:
     pays that once per shape, and cuDNN's kernel was the fastest there (H200, torch 2.11:
     a 1-token pass through graphs 5.2 ms with it, 9.3 ms with memory-efficient attention,
     342 us a call against cuDNN's ~8 us; docs/design.md, "Static passes"). A backend that
-    cannot run a call is passed over for the next."""
+    cannot run a call is passed over for the next. ``ADAPLD_CAPTURE_CUDNN=0`` leaves the
+    process-wide flags as they are (a measurement's other arm)."""
+    if os.environ.get(ENV_CAPTURE_CUDNN, "1") == "0":
+        return nullcontext()
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     order = [

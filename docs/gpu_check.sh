@@ -30,6 +30,7 @@
 #   5. identity.json           CanItEdit 21-40, ar,adapld (CANITEDIT.jsonl needed): = ar over
 #                              20 tasks, the identity count
 #   part 2 (~6 minutes; CANITEDIT.jsonl needed for 7 and 8)
+#      verify-cost-nocudnn.log  the default's pass with cuDNN attention kept out of captures
 #   6. profile/         torch.profiler over 50 ar steps and 20 adapld passes, graphs
 #                       (docs/gpu_profile.py --modes graphs)
 #   7. canitedit.json   CanItEdit 21-30, ar,hf-pld,adapld: the "5x hf-pld" target
@@ -132,6 +133,7 @@ if [ "$part" = 1 ]; then
       "${quick[@]}" --methods ar,adapld --json "$OUT/identity.json" --markdown "$OUT/identity.md"
   fi
 elif [ "$part" = 2 ]; then
+  step verify-cost-nocudnn 40 env ADAPLD_CAPTURE_CUDNN=0 adapld bench "${model[@]}" --verify-cost
   step profile 60 python3 docs/gpu_profile.py "${model[@]}" --modes graphs "${profile[@]}" \
     --out "$OUT/profile"
   if need_tasks canitedit; then

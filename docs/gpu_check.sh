@@ -31,6 +31,11 @@
 #                              20 tasks, the issue's identity count
 #   part 2 (~6 minutes; CANITEDIT.jsonl needed for 7 and 8)
 #      verify-cost-nocudnn.log  the default's pass with cuDNN attention kept out of captures
+#      chains.json  the six edit cases, ar,adapld, uniform passes without key planes and
+#                   drafts that are single chains (no branches, no semantic alternatives):
+#                   the first-child chain's rows were exact without planes (exact.log), so
+#                   this is exact too if they stay so, and skips the planes' copies: its = ar
+#                   and speed against part 1's
 #   6. profile/         torch.profiler over 50 ar steps and 20 adapld passes, graphs
 #                       (docs/gpu_profile.py --modes graphs)
 #   7. canitedit.json   CanItEdit 21-30, ar,hf-pld,adapld: the issue's "5x hf-pld" target
@@ -134,6 +139,9 @@ if [ "$part" = 1 ]; then
   fi
 elif [ "$part" = 2 ]; then
   step verify-cost-nocudnn 40 env ADAPLD_CAPTURE_CUDNN=0 adapld bench "${model[@]}" --verify-cost
+  step chains 120 adapld bench "${model[@]}" "${cases[@]}" --set planes=false \
+    --set semantic=false --set branches=false --methods ar,adapld --json "$OUT/chains.json" \
+    --markdown "$OUT/chains.md"
   step profile 60 python3 docs/gpu_profile.py "${model[@]}" --modes graphs "${profile[@]}" \
     --out "$OUT/profile"
   if need_tasks canitedit; then

@@ -69,7 +69,8 @@ _HELPS = {
     "attempt and the last. Default: 1.",
     "--set": "Override an AdaPLD setting (e.g. node_budget=32); repeatable. With "
     "--verify-cost, graphs=true / graphs=false measures the static passes (CUDA graphs on a "
-    "GPU) / the eager ones; by default the device's (static on CUDA).",
+    "GPU) / the eager ones, uniform=false the static passes of nine sizes, planes=false a "
+    "uniform pass without key planes; by default the device's (on CUDA: uniform, planes).",
     "--warmup/--no-warmup": "Warm every method up first.",
     "--verify-cost": "Run nothing else: print what one forward over n = 1..64 new tokens costs "
     "on a ~1,000-token cache (ms and ratio to n = 1, median of 5) on the loaded model; exit.",

@@ -400,3 +400,36 @@ def test_captures_allow_cudnn_attention_unless_told_not_to(monkeypatch):
             assert not torch.backends.cuda.cudnn_sdp_enabled()
     finally:
         torch.backends.cuda.enable_cudnn_sdp(before)
+
+
+def test_single_chain_drafts_without_branches_or_semantic(monkeypatch):
+    """The GPU's cheaper exact arm (docs/gpu_check.sh part 2: uniform passes without key
+    planes) rests on this: with ``branches`` and ``semantic`` off every draft is one chain
+    (each pass verifies a chain: no node outside the first-child path), on a full-tree
+    drafter that branches and drafts semantically otherwise, and copied drafts are still
+    accepted; greedy output equals ar's through uniform passes."""
+    model = tiny_model("qwen2")
+    chains: list[bool] = []
+    verify = ModelRunner.verify
+
+    def record(self, ids, parents, depths, *args, **kwargs):
+        chains.append(parents is None or parents == list(range(-1, len(ids) - 1)))
+        return verify(self, ids, parents, depths, *args, **kwargs)
+
+    monkeypatch.setattr(ModelRunner, "verify", record)
+    full = replace(FULL_TREE, uniform=True)
+    single = replace(full, branches=False, semantic=False)
+    cfg = GenerationConfig(max_new_tokens=64)
+    seen = Counter()
+    for seed in range(3):
+        prompt = _copy_prompt(seed, model.config.vocab_size)
+        chains.clear()
+        out = generate(model, prompt, cfg, "adapld", settings=full)
+        seen.update(trees=sum(not c for c in chains), branch=out.stats.branch_steps)
+        chains.clear()
+        out = generate(model, prompt, cfg, "adapld", settings=single)
+        assert all(chains) and out.stats.branch_steps == out.stats.semantic_steps == 0, seed
+        assert out.tokens == generate(model, prompt, cfg, "ar", settings=single).tokens, seed
+        seen.update(copied=out.stats.lexical_accepted)
+    assert seen["trees"] > 0 and seen["branch"] > 0  # teeth: the full tree does branch
+    assert seen["copied"] > 0

@@ -66,30 +66,32 @@ def profile_method(
 
     from adapld_cli.engine import AdaPLDSettings, GenerationConfig, loop, stream
 
-    loop.PROFILE_PHASES = True
     cuda = next(model.parameters()).device.type == "cuda"
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
     config = GenerationConfig(max_new_tokens=4096, stop_strings=stop_strings)
     gen = stream(model, prompt, config, method, tokenizer=tokenizer, settings=settings)
-    done = False
-    for _ in range(warmup):
-        if next(gen).finished:
-            done = True
-            break
     times: list[float] = []
     tokens = 0
-    with profile(activities=activities) as prof:
-        for _ in range(events if not done else 0):
-            t0 = time.perf_counter()
-            event = next(gen)
-            if cuda:
-                torch.cuda.synchronize()
-            times.append(time.perf_counter() - t0)
-            tokens += len(event.tokens)
-            if event.finished:
+    loop.PROFILE_PHASES = True
+    try:
+        done = False
+        for _ in range(warmup):
+            if next(gen).finished:
+                done = True
                 break
-    gen.close()
-    loop.PROFILE_PHASES = False
+        with profile(activities=activities) as prof:
+            for _ in range(events if not done else 0):
+                t0 = time.perf_counter()
+                event = next(gen)
+                if cuda:
+                    torch.cuda.synchronize()
+                times.append(time.perf_counter() - t0)
+                tokens += len(event.tokens)
+                if event.finished:
+                    break
+    finally:
+        gen.close()
+        loop.PROFILE_PHASES = False
     n = max(len(times), 1)
     averages = prof.key_averages()
     syncs = {e.key: e.count / n for e in averages if e.key in SYNC_OPS}
@@ -178,8 +180,9 @@ def main(argv: list[str] | None = None) -> int:
         for mode in modes
         for method, events in (("ar", args.steps), ("adapld", args.passes))
     ]
+    device_type = next(loaded.model.parameters()).device.type
     for method, events, settings in runs:
-        name = method + MODE_SUFFIX[mode_of(settings, next(loaded.model.parameters()).device.type)]
+        name = method + MODE_SUFFIX[mode_of(settings, device_type)]
         trace = None if args.out is None else args.out / f"trace_{name}.json"
         result = profile_method(
             loaded.model,

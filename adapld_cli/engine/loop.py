@@ -82,7 +82,7 @@ def stream(
         hidden_layer=drafter.hidden_layer,
         want_hidden=drafter.wants_hidden,
         keep_final=drafter.wants_topk > 0,  # top-K rows on demand (ar and pld never ask)
-        **_passes(len(prompt_ids), config, settings, _device_type(model)),
+        **_passes(len(prompt_ids), config, settings, next(model.parameters()).device.type),
     )
     try:
         yield from _decode(runner, list(prompt_ids), config, drafter, stops, prefix)
@@ -117,11 +117,6 @@ def generate(
     for event in events:
         tokens.extend(event.tokens)
     return GenerationResult(tokens=tokens, stats=event.stats, stop_reason=event.stop_reason)
-
-
-def _device_type(model: Any) -> str:
-    """Where the model's first weight lives (``"cuda"``, ``"cpu"`` ...)."""
-    return next(model.parameters()).device.type
 
 
 def _passes(

@@ -14,19 +14,21 @@
 # Installs the wheels, prepares the model, then runs each check of the part asked for under
 # its own timeout, in the order of what a session most needs, with its output teed to $OUT
 # (default /tmp/out). On CUDA every method runs static passes replayed as CUDA graphs by
-# default, all of one shape with key planes (exact by shape: `uniform`, `planes`);
+# default, all of one shape with key planes (exact by shape: `uniform`, `planes`), attending
+# the cache's keys up to the next multiple of 512 rows (`span`);
 # `-buckets` methods and `--set uniform=false` run static passes sized to the tree, `-eager`
 # methods and `--set graphs=false` dynamic passes.
 #   part 1 (~9 minutes on an H200 with coder-1.5b)
-#   1. verify-cost.log         the cost of a pass (the default: uniform, planes; every n one
-#                              80-row pass)
-#   2. verify-cost-buckets.log the cost of a pass over n = 1..64 tokens, bucketed static passes
+#   1. verify-cost.log         the cost of a pass (the default: uniform, planes, span 512; every
+#                              n one 80-row pass attending 1,536 keys)
+#   2. verify-cost-nospan.log  the same attending the whole 4,096-row cache: what spans save
 #      verify-cost-noplanes.log a uniform pass without key planes: what the planes cost
 #   3. cases.json              the six edit cases, ar,adapld,adapld-buckets,hf-pld,hf: the
 #                              README's GPU table; = ar of adapld with and without uniform
-#   4. exact.log               2 trees of 65 nodes vs single steps, eager, static, uniform and
-#                              uniform with key planes: rows bitwise equal (chain / branches)
-#                              / same argmax (docs/gpu_exact.py)
+#   4. exact.log               2 trees of 65 nodes vs single steps, eager, static, uniform,
+#                              uniform with key planes, and those in spans of 16 keys (masked
+#                              keys left out change nothing?): rows bitwise equal (chain /
+#                              branches) / same argmax (docs/gpu_exact.py)
 #   5. identity.json           CanItEdit 21-40, ar,adapld (CANITEDIT.jsonl needed): = ar over
 #                              20 tasks, the identity count
 #   part 2 (~6 minutes; CANITEDIT.jsonl needed for 7 and 8)
@@ -41,7 +43,8 @@
 #   7. canitedit.json   CanItEdit 21-30, ar,hf-pld,adapld: the "5x hf-pld" target
 #   8. ablations.json   CanItEdit 31-40, ar,adapld,adapld-no-semantic,adapld-no-branches:
 #                       what the semantic fallback and branches pay on a GPU
-#   part 3 (~4 minutes)
+#   part 3 (~5 minutes)
+#      verify-cost-buckets.log the cost of a pass over n = 1..64 tokens, bucketed static passes
 #   9. eager.json       the six edit cases, ar-eager,adapld-eager,ar-buckets: what the
 #                       graphs and the uniform shape gain
 #  10. profile/         the profiles of the nine-size static passes and of eager ones
@@ -128,11 +131,11 @@ need_tasks() {  # need_tasks STEP: whether a tasks file was given (else the step
 }
 if [ "$part" = 1 ]; then
   step verify-cost 40 adapld bench "${model[@]}" --verify-cost
-  step verify-cost-buckets 40 adapld bench "${model[@]}" --verify-cost --set uniform=false
+  step verify-cost-nospan 40 adapld bench "${model[@]}" --verify-cost --set span=0
   step verify-cost-noplanes 40 adapld bench "${model[@]}" --verify-cost --set planes=false
   step cases 270 adapld bench "${model[@]}" "${cases[@]}" \
     --methods ar,adapld,adapld-buckets,hf-pld,hf --json "$OUT/cases.json" --markdown "$OUT/cases.md"
-  step exact 60 python3 docs/gpu_exact.py "${model[@]}" --trees 2 "${exact[@]}"
+  step exact 75 python3 docs/gpu_exact.py "${model[@]}" --trees 2 "${exact[@]}"
   if need_tasks identity; then
     step identity 150 adapld bench "${model[@]}" --tasks "$tasks" --offset 20 --limit 20 \
       "${quick[@]}" --methods ar,adapld --json "$OUT/identity.json" --markdown "$OUT/identity.md"
@@ -153,6 +156,7 @@ elif [ "$part" = 2 ]; then
       --json "$OUT/ablations.json" --markdown "$OUT/ablations.md"
   fi
 elif [ "$part" = 3 ]; then
+  step verify-cost-buckets 40 adapld bench "${model[@]}" --verify-cost --set uniform=false
   step eager 150 adapld bench "${model[@]}" "${cases[@]}" \
     --methods ar-eager,adapld-eager,ar-buckets --json "$OUT/eager.json" --markdown "$OUT/eager.md"
   step profile 120 python3 docs/gpu_profile.py "${model[@]}" --modes buckets,eager "${profile[@]}" \

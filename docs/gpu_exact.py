@@ -7,15 +7,17 @@ kernels a padded or an n-row pass gets::
 For each of ``--trees`` random draft trees (depth-first, as the drafter builds them: a copied
 chain with branches hung under it) after a prompt of an edit case, one verify pass over the
 whole tree is compared with plain decoding of every node's root path, one token a pass (the
-cache rolled back to each branch point), in four modes: eagerly, with static passes (CUDA
+cache rolled back to each branch point), in five modes: eagerly, with static passes (CUDA
 graphs on a GPU), with uniform static passes (every pass, the single steps too, at one
-shape: ``AdaPLDSettings.uniform``) and with uniform passes whose rows attend their own key
-planes (``AdaPLDSettings.planes``). Printed per mode: rows whose logits are bitwise equal
-(split into the tree's first-child chain, where a node's keys lie where plain decoding puts
-them, and branch nodes, which lie further on), rows whose argmax agrees, and the largest
-difference. Greedy AdaPLD is exactly plain decoding iff every argmax agrees (and where
-logits are bitwise equal it cannot differ). The same script runs on a CPU
-(``tests/test_docs_scripts.py`` runs it on a tiny model).
+shape: ``AdaPLDSettings.uniform``), with uniform passes whose rows attend their own key
+planes (``AdaPLDSettings.planes``), and the same attending the keys in spans of 16 rows
+(``AdaPLDSettings.span``: every few single steps then read more keys than the tree pass did,
+so a row equal here shows that the keys past a pass's span, masked, change nothing).
+Printed per mode: rows whose logits are bitwise equal (split into the tree's first-child
+chain, where a node's keys lie where plain decoding puts them, and branch nodes, which lie
+further on), rows whose argmax agrees, and the largest difference. Greedy AdaPLD is exactly
+plain decoding iff every argmax agrees (and where logits are bitwise equal it cannot differ).
+The same script runs on a CPU (``tests/test_docs_scripts.py`` runs it on a tiny model).
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ def dfs_parents(n: int, seed: int, chain: int = 40) -> list[int]:
     return [-1 if parents[old] < 0 else new[parents[old]] for old in order]
 
 
-MODES = ("eager", "static (graphs)", "uniform", "uniform planes")
+MODES = ("eager", "static (graphs)", "uniform", "uniform planes", "uniform planes span 16")
 
 
 def compare(
@@ -68,7 +70,8 @@ def compare(
         capacity=len(prefix) + 256,
         static=mode != "eager",
         shapes=shapes,
-        planes=mode == "uniform planes",
+        planes=mode.startswith("uniform planes"),
+        span=16 if mode.endswith("span 16") else 0,
     )
     try:
         runner.prefill(prefix, 0)

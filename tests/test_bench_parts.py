@@ -151,6 +151,22 @@ def test_verify_cost_curve_through_static_passes():
         hook.remove()
     assert passes == [(100, 0)] + [(80, 100)] * 6
     assert [p.n for p in points] == [1, 4]
+    from adapld_cli.engine.kvcache import GrowingLayer
+
+    keys = []
+    update = GrowingLayer.update
+
+    def update_seen(self, *args, **kwargs):
+        out = update(self, *args, **kwargs)
+        keys.append(out[0].shape[2])
+        return out
+
+    GrowingLayer.update = update_seen
+    try:  # a key span: the passes attend 192 rows (100 + 80 rounded up to 64), not 1,024
+        measure(model, context=100, sizes=(1,), repeats=1, uniform=True, span=64)
+    finally:
+        GrowingLayer.update = update
+    assert set(keys[-2:]) == {192}
 
 
 def test_cli_verify_cost_prints_the_curve(tiny_models):
@@ -170,6 +186,13 @@ def test_cli_verify_cost_prints_the_curve(tiny_models):
     assert r.exit_code == 0, r.stderr
     assert "static passes" in r.stdout.splitlines()[0]
     assert [int(line.split()[0]) for line in r.stdout.splitlines()[2:]] == list(SIZES)
+    r = CliRunner().invoke(
+        app,
+        ["bench", "--verify-cost", "--model", str(tiny_models["rename"]), "--threads", "1",
+         "--set", "graphs=true", "--set", "span=64"],
+    )  # fmt: skip
+    assert r.exit_code == 0, r.stderr
+    assert "key span 64" in r.stdout.splitlines()[0]
 
 
 def _row(task, method, same):

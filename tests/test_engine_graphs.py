@@ -15,7 +15,7 @@ import torch
 
 from adapld_cli.engine import AdaPLDSettings, GenerationConfig, adapter, generate
 from adapld_cli.engine.adapter import ModelRunner
-from adapld_cli.engine.graphs import BUCKETS, bucket, uniform_shape
+from adapld_cli.engine.graphs import BUCKETS, bucket, key_span, uniform_shape
 from adapld_cli.engine.tree import DraftTree, tree_mask
 from adapld_cli.engine.types import Source
 from tests.test_engine_lossless import SETTINGS, _final_caches
@@ -368,6 +368,71 @@ def test_key_planes_make_branch_rows_exact():
         assert out.tokens == want and out.stats.accepted_draft_tokens > 0, seed
 
 
+def _span_rows(model, prefix: list[int], tree: DraftTree, span: int, planes: bool) -> torch.Tensor:
+    """Logits ``[len(tree), vocab]`` of one uniform tree pass after ``prefix[:-1]`` whose
+    attention reads the cache's keys in spans of ``span`` rows (0: the whole cache)."""
+    runner = ModelRunner(
+        model, hidden_layer=None, want_hidden=False, capacity=len(prefix) + 256, static=True,
+        shapes=(uniform_shape(len(tree) - 1),), planes=planes, span=span,
+    )  # fmt: skip
+    runner.prefill(prefix[:-1], top_k=0)
+    out = runner.verify(tree.tokens, tree.parents, tree.depths).logits
+    rows = out.rows(list(range(len(tree)))).clone()
+    (keys,) = {b.span for b in runner.static._buckets.values()}
+    assert keys == (key_span(len(prefix) - 1, 48, span, 2048) if span else 2048)
+    runner.close()
+    return rows
+
+
+def test_key_spans_attend_only_the_keys_in_use(monkeypatch):
+    """A static pass with a key span attends the cache's first multiple of ``span`` rows past
+    the pass instead of the whole preallocated cache (2,048 rows here): the keys left out
+    were masked for every row, so a tree pass's logits are the whole cache's bit for bit
+    (stock bfloat16 attention, with key planes and without), and greedy ar and adapld (a
+    full tree) through passes of several spans emit the whole-cache passes' tokens."""
+    from tests.test_kernels import dfs_tree
+
+    assert [key_span(100, 80, 512, 4096), key_span(432, 80, 512, 4096)] == [512, 512]
+    assert [key_span(433, 80, 512, 4096), key_span(4000, 80, 512, 4096)] == [1024, 4096]
+    assert key_span(100, 80, 0, 4096) == 4096
+    assert AdaPLDSettings().key_span("cuda") == 512 and AdaPLDSettings().key_span("cpu") == 0
+    assert AdaPLDSettings(span=64).key_span("cpu") == 64
+    with pytest.raises(ValueError):
+        AdaPLDSettings(span=-1).key_span("cuda")
+    from adapld_cli.engine.kvcache import GrowingLayer
+
+    layer = GrowingLayer(64)
+    layer.slots, layer.span = torch.tensor([3]), 16  # what a static pass sets
+    k, v = layer.update(torch.ones(1, 2, 1, 4), torch.ones(1, 2, 1, 4))
+    assert k.shape == v.shape == (1, 2, 16, 4) and k.data_ptr() == layer._k.data_ptr()
+
+    model = _stock_bf16_model()
+    rng = random.Random(0)
+    prefix = [rng.randrange(1024) for _ in range(834)]
+    tree = DraftTree.root(prefix[-1])
+    for parent in dfs_tree(40, 0, chain=12)[1:]:
+        tree.add(rng.randrange(1024), parent, Source.LEXICAL)
+    for planes in (True, False):
+        whole = _span_rows(model, prefix, tree, 0, planes)
+        for span in (16, 512):
+            assert torch.equal(_span_rows(model, prefix, tree, span, planes), whole), span
+
+    made = _runs(monkeypatch)
+    cfg = GenerationConfig(max_new_tokens=64)
+    base = replace(FULL_TREE, uniform=True, planes=True)
+    accepted = 0
+    for seed in range(2):
+        prompt = _copy_prompt(seed)
+        want = generate(model, prompt, cfg, "ar", settings=base).tokens
+        for method in ("ar", "adapld"):
+            out = generate(model, prompt, cfg, method, settings=replace(base, span=16))
+            assert out.tokens == want, (method, seed)
+            spans = {s for _, s in made[-1].static._buckets}
+            assert len(spans) > 1 and max(spans) < made[-1].static.capacity, spans
+            accepted += out.stats.accepted_draft_tokens
+    assert accepted > 0
+
+
 def test_cuda_passes_default_to_one_shape_with_key_planes():
     """What the loop asks of a CUDA runner by default: static passes of the one uniform shape
     with key planes, the cache preallocated for the whole answer; a CPU keeps dynamic passes
@@ -376,10 +441,11 @@ def test_cuda_passes_default_to_one_shape_with_key_planes():
 
     cfg = GenerationConfig(max_new_tokens=6000)
     cuda = _passes(100, cfg, None, "cuda")
-    assert cuda == {"capacity": 100 + 6000 + 128, "static": True, "shapes": (80,), "planes": True}
+    assert cuda == {"capacity": 100 + 6000 + 128, "static": True, "shapes": (80,), "planes": True,
+                    "span": 512}  # fmt: skip
     cpu = _passes(100, cfg, None, "cpu")
     assert cpu == {"capacity": 100 + 4096 + 129, "static": False, "shapes": BUCKETS,
-                   "planes": False}  # fmt: skip
+                   "planes": False, "span": 0}  # fmt: skip
     buckets = _passes(100, cfg, AdaPLDSettings(uniform=False), "cuda")
     assert buckets["static"] and buckets["shapes"] == BUCKETS and not buckets["planes"]
 

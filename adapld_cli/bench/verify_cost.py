@@ -57,10 +57,12 @@ def measure(
     graphs: bool = False,
     uniform: bool = False,
     planes: bool = False,
+    span: int = 0,
 ) -> list[CostPoint]:
     """Per-``n`` forward cost on ``model`` over a ``context``-token cache (see module doc).
     ``graphs``: through the engine's static passes; ``uniform``: all of one shape (then
-    every ``n`` costs one full pass), ``planes``: with key planes (``AdaPLDSettings``)."""
+    every ``n`` costs one full pass), ``planes``: with key planes, ``span``: attending keys
+    in spans of that many rows (0: the whole cache; ``AdaPLDSettings``)."""
     import torch
     from transformers import DynamicCache
 
@@ -73,7 +75,7 @@ def measure(
     high = min(TOKEN_RANGE, model.config.vocab_size)
     gen = torch.Generator().manual_seed(seed)
     if graphs or uniform:
-        return _static_curve(model, context, sizes, repeats, high, gen, uniform, planes)
+        return _static_curve(model, context, sizes, repeats, high, gen, uniform, planes, span)
     cache_kw = cache_keyword(model.forward)
     cache = DynamicCache(config=model.config)
     medians: dict[int, float] = {}
@@ -96,6 +98,7 @@ def _static_curve(
     gen: Any,
     uniform: bool = False,
     planes: bool = False,
+    span: int = 0,
 ) -> list[CostPoint]:
     """:func:`measure` through the engine's runner with static verify passes."""
     import torch
@@ -109,7 +112,7 @@ def _static_curve(
     shapes = (widest,) if uniform else BUCKETS
     runner = ModelRunner(
         model, hidden_layer=None, want_hidden=False, capacity=context + max(shapes) + 8,
-        static=True, shapes=shapes, planes=uniform and planes,
+        static=True, shapes=shapes, planes=uniform and planes, span=span,
     )  # fmt: skip
     sync = torch.cuda.synchronize if runner.device.type == "cuda" else (lambda: None)
     medians: dict[int, float] = {}

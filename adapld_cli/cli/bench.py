@@ -70,7 +70,8 @@ _HELPS = {
     "--set": "Override an AdaPLD setting (e.g. node_budget=32); repeatable. With "
     "--verify-cost, graphs=true / graphs=false measures the static passes (CUDA graphs on a "
     "GPU) / the eager ones, uniform=false the static passes of nine sizes, planes=false a "
-    "uniform pass without key planes; by default the device's (on CUDA: uniform, planes).",
+    "uniform pass without key planes, span=0 passes attending the whole cache; by default the "
+    "device's (on CUDA: uniform, planes, span=512).",
     "--warmup/--no-warmup": "Warm every method up first.",
     "--verify-cost": "Run nothing else: print what one forward over n = 1..64 new tokens costs "
     "on a ~1,000-token cache (ms and ratio to n = 1, median of 5) on the loaded model; exit.",
@@ -222,17 +223,19 @@ def _verify_cost(loaded: Any, settings: Any = None) -> int:
     graphs = settings.static_passes(device_type)
     uniform = settings.uniform_passes(device_type)
     planes = settings.key_planes(device_type)
+    span = settings.key_span(device_type) if graphs else 0
     passes = ""
     if graphs:
         passes = ", uniform static passes" if uniform else ", static passes (graphs=true)"
         passes += " with key planes" if planes else ""
+        passes += f", key span {span}" if span else ""
     title = (
         f"forward cost over a {CONTEXT}-token cache, median of {REPEATS}: {loaded.name} "
         f"[{loaded.device}, {loaded.dtype}, {loaded.weights_label()}, "
         f"threads={torch.get_num_threads()}{passes}]"
     )
     try:
-        points = measure(loaded.model, graphs=graphs, uniform=uniform, planes=planes)
+        points = measure(loaded.model, graphs=graphs, uniform=uniform, planes=planes, span=span)
     except ValueError as exc:  # a model with too few positions
         raise _Usage(f"--verify-cost: {exc}") from None
     typer.echo(format_curve(points, title), nl=False)

@@ -198,6 +198,7 @@ class ModelRunner:
         static: bool = False,
         shapes: tuple[int, ...] = BUCKETS,
         planes: bool = False,
+        span: int = 0,
     ) -> None:
 
         config = model.config
@@ -240,6 +241,7 @@ class ModelRunner:
         self._static_wanted = static  # verify passes through StaticPasses (engine/graphs.py)
         self._shapes = shapes  # ... of these sizes
         self._planes = planes  # ... with key planes (graphs.planes_attention)
+        self._span = span  # ... attending keys in spans of this many rows (graphs.key_span)
         self.static: StaticPasses | None = None  # made at the first pass (after the prefill)
         self._workspace: _Workspace | None = None
         self._counts0 = (0, 0)  # the static passes' (runs, replays) when this runner began
@@ -264,7 +266,7 @@ class ModelRunner:
         function of this generation alone: what ran before never changes the kernels' shapes
         (nor, where they are not batch-invariant, the output)."""
         spaces = _WORKSPACES.setdefault(self.model, {})
-        key = (self._hidden_idx, self._shapes, self._planes)
+        key = (self._hidden_idx, self._shapes, self._planes, self._span)
         step = GPU_WORKSPACE_ROWS if self.device.type == "cuda" else WORKSPACE_ROWS
         rows = -(-capacity // step) * step
         ws = spaces.get(key)
@@ -413,6 +415,7 @@ class ModelRunner:
                     capture=self.device.type == "cuda" and (old is None or old.capture),
                     shapes=self._shapes,
                     planes=self.model.config if self._planes else None,
+                    span=self._span,
                 )
             if old is not None:  # counts go on
                 self.static.runs, self.static.replays = old.runs, old.replays

@@ -17,6 +17,13 @@ preallocated KV cache:
 - after the run the layers' length is set to ``length + n``; :meth:`ModelRunner.keep`
   compacts the accepted path as for an eager pass.
 
+With a key span (``AdaPLDSettings.span``, :func:`key_span`) a pass attends only the cache's
+first multiple of ``span`` rows past it, not the whole buffer: the keys left out are masked
+for every row, and a masked key adds an exact zero (its weight is ``exp`` of a huge negative,
+0, so a softmax's running maximum, sum and output are unchanged), while the attention and the
+key planes' copies cost in proportion to the keys read. Each (shape, span) pair is a bucket
+of its own: a graph per span in use.
+
 With ``capture`` (CUDA) each bucket's forward is captured on first use (one warm-up run on a
 side stream, then :class:`torch.cuda.CUDAGraph`, all buckets sharing one memory pool) and
 replayed after; when a capture fails every later pass runs eagerly (same static shapes)
@@ -71,18 +78,27 @@ def uniform_shape(node_budget: int) -> int:
     return -(-(node_budget + 1) // 16) * 16
 
 
+def key_span(length: int, rows: int, step: int, capacity: int) -> int:
+    """The keys a static pass of ``rows`` rows at a cache of ``length`` attends: the first
+    multiple of ``step`` holding ``length + rows``, at most ``capacity`` (``step`` 0: all)."""
+    if step <= 0:
+        return capacity
+    return min(capacity, -(-(length + rows) // step) * step)
+
+
 @dataclass
 class _Bucket:
     ids: torch.Tensor  # [1, b] int64 token ids
     pos: torch.Tensor  # [1, b] int64 positions
     slots: torch.Tensor  # [b] int64 cache rows written
-    rows: torch.Tensor  # [1, 1, b, capacity rounded up to 16] additive mask storage
-    mask: torch.Tensor  # [1, 1, b, capacity] a view of it, made anew for every pass
+    span: int  # s: the keys the pass attends (the cache's first s rows)
+    rows: torch.Tensor  # [1, 1, b, s rounded up to 16] additive mask storage
+    mask: torch.Tensor  # [1, 1, b, s] a view of it, made anew for every pass
     out: torch.Tensor | None = None  # [b, H] final hidden states of the last run
     hidden: torch.Tensor | None = None  # [b, H] the hooked layer's states, or None
     graph: Any = None  # torch.cuda.CUDAGraph once captured
-    gather: torch.Tensor | None = None  # [b, capacity] int64: with planes, row i's key order
-    seen: torch.Tensor | None = None  # [b, 1, 1, capacity] additive mask over those keys
+    gather: torch.Tensor | None = None  # [b, s] int64: with planes, row i's key order
+    seen: torch.Tensor | None = None  # [b, 1, 1, s] additive mask over those keys
 
 
 # key planes: a pass's mask storage (data pointer) -> its bucket, while the bucket lives
@@ -107,8 +123,9 @@ def planes_attention(
     position, so a branch node's row is exact too where the kernel computes each batch item
     independently of the others (torch's CPU kernel does not always: docs/design.md).
     Shapes as transformers' attention interface: ``query [1, H, b, d]``, ``key`` / ``value``
-    ``[1, KV, capacity, d]`` (the whole static cache), output ``[1, b, H, d]``. Passes whose
-    mask is not a key-planes pass's go to transformers' sdpa attention."""
+    ``[1, KV, s, d]`` (the static cache's first ``s`` rows: the pass's span), output
+    ``[1, b, H, d]``. Passes whose mask is not a key-planes pass's go to transformers' sdpa
+    attention."""
     buf = None if attention_mask is None else _PLANES.get(attention_mask.data_ptr())
     if buf is None or buf.gather is None or query.shape[0] != 1:
         from transformers.integrations.sdpa_attention import sdpa_attention_forward
@@ -121,7 +138,7 @@ def planes_attention(
     # head h reads key head h // (H / KV)): no enable_gqa, which with a mask sends torch to
     # its math backend and a copy of the keys per query head
     q = query[0].transpose(0, 1).reshape(b, kv, heads // kv, d)
-    k = key[0].transpose(0, 1)[buf.gather].transpose(1, 2)  # [b, KV, capacity, d]
+    k = key[0].transpose(0, 1)[buf.gather].transpose(1, 2)  # [b, KV, s, d]
     v = value[0].transpose(0, 1)[buf.gather].transpose(1, 2)
     out = torch.nn.functional.scaled_dot_product_attention(
         q, k, v, attn_mask=buf.seen, scale=scaling
@@ -179,6 +196,7 @@ class StaticPasses:
         capture: bool,
         shapes: tuple[int, ...] = BUCKETS,
         planes: Any = None,
+        span: int = 0,
     ):
         self.layers = layers
         self.shapes = shapes  # the pass sizes run, ascending
@@ -186,13 +204,14 @@ class StaticPasses:
         self.planes = planes
         if planes is not None:
             _register_planes()
+        self.span = span  # key span step (key_span; 0: every pass attends the whole cache)
         self.forward = forward  # the owning runner's (reset when a runner takes it over)
         self.device, self.dtype = device, dtype
         self.capture = capture
         self.capacity = min(layer.capacity for layer in layers)
         self._cols = torch.arange(self.capacity, device=device)  # key rows (key planes)
         self._ptrs = self._pointers()
-        self._buckets: dict[int, _Bucket] = {}
+        self._buckets: dict[tuple[int, int], _Bucket] = {}  # (rows, span) -> its buffers
         self._pool: Any = None
         self.fallback = ""  # why a capture failed ("" = none did)
         self.runs = 0  # passes run here (eager or replayed)
@@ -219,27 +238,27 @@ class StaticPasses:
         b = bucket(n, self.shapes)
         return None if b is None else self.layers[0].get_seq_length() + b
 
-    def _bucket(self, b: int) -> _Bucket:
-        if b not in self._buckets:
+    def _bucket(self, b: int, s: int) -> _Bucket:
+        """The buffers (and graph) of passes of ``b`` rows attending ``s`` keys."""
+        if (b, s) not in self._buckets:
             i64 = dict(dtype=torch.int64, device=self.device)
-            width = -(-self.capacity // 16) * 16
+            width = -(-s // 16) * 16
             rows = torch.empty((1, 1, b, width), dtype=self.dtype, device=self.device)
-            self._buckets[b] = _Bucket(
+            buf = _Bucket(
                 ids=torch.zeros((1, b), **i64),
                 pos=torch.zeros((1, b), **i64),
                 slots=torch.zeros(b, **i64),
+                span=s,
                 # rows 16-aligned (what fused attention kernels want of a mask), cut to width
                 rows=rows,
-                mask=rows[..., : self.capacity],
+                mask=rows[..., :s],
             )
             if self.planes is not None:
-                buf = self._buckets[b]
-                buf.gather = torch.zeros((b, self.capacity), **i64)
-                buf.seen = torch.zeros(
-                    (b, 1, 1, self.capacity), dtype=self.dtype, device=self.device
-                )
+                buf.gather = torch.zeros((b, s), **i64)
+                buf.seen = torch.zeros((b, 1, 1, s), dtype=self.dtype, device=self.device)
                 _PLANES[rows.data_ptr()] = buf
-        return self._buckets[b]
+            self._buckets[b, s] = buf
+        return self._buckets[b, s]
 
     def run(
         self, ids: list[int], parents: list[int] | None, depths: list[int] | None
@@ -252,7 +271,7 @@ class StaticPasses:
         b = bucket(n, self.shapes)
         assert b is not None and self.fits(n) and self.valid
         length = self.layers[0].get_seq_length()
-        buf = self._bucket(b)
+        buf = self._bucket(b, key_span(length, b, self.span, self.capacity))
         self._fill(buf, ids, parents, depths, length)
         self.runs += 1
         if buf.graph is not None:
@@ -294,8 +313,8 @@ class StaticPasses:
         # a new view object of the same memory each pass: what a graph reads is unchanged, and
         # whatever keys derived data on the mask object (the exact kernels' per-pass attention
         # plan) sees a new mask
-        buf.mask = buf.rows[..., : self.capacity]
-        mask = buf.mask[0, 0]  # [b, capacity]
+        buf.mask = buf.rows[..., : buf.span]
+        mask = buf.mask[0, 0]  # [b, s]
         mask.fill_(torch.finfo(self.dtype).min)
         mask[:, :length] = 0
         see = see.to(self.device)
@@ -310,18 +329,18 @@ class StaticPasses:
         ``see [b, b]`` on the device; all of it device work (no copy from the host)."""
         assert buf.gather is not None and buf.seen is not None
         b = see.shape[0]
-        cols = self._cols  # [capacity]
+        cols = self._cols[: buf.span]  # [s]
         order = torch.where(see, cols[:b], b + cols[:b]).argsort(dim=1)  # [b, b]: seen first
         buf.gather.copy_(cols.expand(b, -1))
         buf.gather[:, length : length + b] = length + order
-        visible = cols <= buf.pos[0][:, None]  # [b, capacity]: up to the row's position
+        visible = cols <= buf.pos[0][:, None]  # [b, s]: up to the row's position
         seen = buf.seen[:, 0, 0]
         seen.fill_(torch.finfo(self.dtype).min)
         seen.masked_fill_(visible, 0)
 
     def _run(self, buf: _Bucket) -> tuple[torch.Tensor, torch.Tensor | None]:
         for layer in self.layers:
-            layer.slots = buf.slots
+            layer.slots, layer.span = buf.slots, buf.span
         config = self.planes
         before = None if config is None else config._attn_implementation
         if config is not None:
@@ -330,7 +349,7 @@ class StaticPasses:
             return self.forward(buf.ids, buf.pos, buf.mask)
         finally:
             for layer in self.layers:
-                layer.slots = None
+                layer.slots, layer.span = None, None
             if config is not None:
                 config._attn_implementation = before
 

@@ -12,8 +12,9 @@ the 1.5B model), and compacting a draft tree to its accepted path copies it agai
   accepted rows with one in-place copy of those rows;
 - capacity doubles when a pass would not fit (one copy, amortised), from the hint given;
 - with :attr:`GrowingLayer.slots` set (static passes, :mod:`adapld_cli.engine.graphs`),
-  ``update`` writes the rows at those slots and returns the whole buffers, so a pass has the
-  same shapes whatever the length (what a CUDA graph needs); the caller then sets the length.
+  ``update`` writes the rows at those slots and returns the whole buffers (or their first
+  :attr:`GrowingLayer.span` rows), so a pass has the same shapes whatever the length (what a
+  CUDA graph needs); the caller then sets the length.
   :meth:`GrowingLayer.clear_tail` zeroes the rows past the length first, so rows never
   written hold finite values under the mask.
 
@@ -41,6 +42,7 @@ class GrowingLayer(DynamicLayer):
         self._v: torch.Tensor | None = None
         self._len = 0
         self.slots: torch.Tensor | None = None  # [n] int64 rows a static pass writes
+        self.span: int | None = None  # ... and the rows it attends (None: all)
 
     def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
         self.device = key_states.device
@@ -73,15 +75,18 @@ class GrowingLayer(DynamicLayer):
         self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Append ``[B, KV, n, d]`` keys and values; returns views of all cached rows. With
-        :attr:`slots` set: write them at those rows and return the whole ``[B, KV, capacity,
-        d]`` buffers (the length is the caller's to set, :meth:`set_length`)."""
+        :attr:`slots` set: write them at those rows and return the buffers' first
+        :attr:`span` rows, ``[B, KV, span, d]`` (all ``capacity`` when None; the length is
+        the caller's to set, :meth:`set_length`)."""
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)
         assert self._k is not None and self._v is not None
         if self.slots is not None:
             self._k.index_copy_(2, self.slots, key_states)
             self._v.index_copy_(2, self.slots, value_states)
-            return self._k, self._v
+            if self.span is None:
+                return self._k, self._v
+            return self._k[:, :, : self.span], self._v[:, :, : self.span]
         n = key_states.shape[2]
         self.reserve(self._len + n)
         self._k[:, :, self._len : self._len + n] = key_states

@@ -128,8 +128,9 @@ def _passes(
     """The runner's pass arguments: its cache capacity (the prompt, the answer and one pass's
     nodes; a budget beyond 4,096 new tokens grows it by doubling when reached, except with
     ``uniform``, which preallocates it all), whether its passes are static (no settings:
-    the defaults', :meth:`AdaPLDSettings.static_passes`), their shapes and key planes
-    (:meth:`AdaPLDSettings.uniform_passes`, :meth:`AdaPLDSettings.key_planes`)."""
+    the defaults', :meth:`AdaPLDSettings.static_passes`), their shapes, key planes and key
+    span (:meth:`AdaPLDSettings.uniform_passes`, :meth:`AdaPLDSettings.key_planes`,
+    :meth:`AdaPLDSettings.key_span`)."""
     settings = settings or AdaPLDSettings()
     uniform = settings.uniform_passes(device_type)
     shapes = (uniform_shape(settings.node_budget),) if uniform else BUCKETS
@@ -139,6 +140,7 @@ def _passes(
         "static": settings.static_passes(device_type),
         "shapes": shapes,
         "planes": settings.key_planes(device_type),
+        "span": settings.key_span(device_type),
     }
 
 

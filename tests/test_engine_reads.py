@@ -6,6 +6,11 @@ argmax, which brings the accepted rows' top-K with it); a step's drafting adds o
 where it needs the model's numbers (the semantic fallback's similarities, the rerank's best
 hit, an on-demand top-K lookup). Counted on a CPU with a torch function mode that sees every
 such conversion, attributed to the engine function that made it.
+
+Copies the other way wait too: ``torch.tensor(data, device="cuda")`` synchronizes the stream
+after its copy. The engine's host data reaches the device only through
+:func:`adapld_cli.engine.transfer.to_device` (pinned memory, queued), a static pass's inputs in
+one such copy.
 """
 
 from __future__ import annotations
@@ -35,20 +40,51 @@ READS = {
 CUDA_LIKE = {"prompt_topk": True, "pass_topk": True, "semantic": True}
 
 
+def _site(frame) -> str:
+    """The innermost ``adapld_cli`` function at or above ``frame``; for ``to_device``,
+    ``to_device:<its caller>``."""
+    while frame is not None and "adapld_cli" not in frame.f_code.co_filename:
+        frame = frame.f_back
+    if frame is None:
+        return "?"
+    name = frame.f_code.co_name
+    if name == "to_device":
+        caller = frame.f_back
+        name += f":{caller.f_code.co_name if caller else '?'}"
+    return name
+
+
+def _to_device(func, args, kwargs) -> bool:
+    """Is this call a copy of host data onto a device (``torch.tensor(..., device=)``,
+    ``Tensor.to(device)``, ``Tensor.cuda``)?"""
+    if func is torch.tensor:
+        return kwargs.get("device") is not None
+    if func is torch.Tensor.cuda:
+        return True
+    if func is torch.Tensor.to:
+        given = list(args[1:]) + [kwargs.get("device")]
+        return any(isinstance(a, (str, torch.device)) for a in given)
+    return False
+
+
 class Reads(TorchFunctionMode):
-    """Counts tensor-to-host reads by the innermost ``adapld_cli`` function making them."""
+    """Counts tensor-to-host reads (:attr:`sites`) and host-to-device copies (:attr:`copies`)
+    by the innermost ``adapld_cli`` function making them."""
 
     def __init__(self) -> None:
         super().__init__()
         self.sites: Counter[str] = Counter()
+        self.copies: Counter[str] = Counter()
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
         if func in READS:
-            frame = sys._getframe(1)
-            while frame is not None and "adapld_cli" not in frame.f_code.co_filename:
-                frame = frame.f_back
-            self.sites[frame.f_code.co_name if frame else "?"] += 1
-        return func(*args, **(kwargs or {}))
+            self.sites[_site(sys._getframe(1))] += 1
+        elif _to_device(func, args, kwargs):
+            frame = sys._getframe(1)  # made by the engine itself (not inside the model's code)
+            if "adapld_cli" in frame.f_code.co_filename:
+                self.copies[_site(frame)] += 1
+        return func(*args, **kwargs)
 
 
 @pytest.fixture(scope="module")
@@ -71,6 +107,7 @@ def _run(model, method: str, settings: AdaPLDSettings | None):
         for event in stream(model, _prompt(), GenerationConfig(max_new_tokens=80), method,
                             settings=settings):  # fmt: skip
             tokens += event.tokens
+    _run.copies = reads.copies
     return tokens, event.stats, reads.sites
 
 
@@ -89,6 +126,23 @@ def test_a_pass_reads_the_device_once(model, passes):
     assert 0 < sites["_semantic"] <= stats.lexical_nohit_steps  # one read a fallback step
     assert sites["_choose"] <= stats.lexical_steps  # the rerank's best hit
     assert set(sites) <= {"argmax", "record", "_semantic", "_choose"}, sites
+
+
+@pytest.mark.parametrize("passes", ["eager", "static", "uniform"])
+def test_host_data_reaches_the_device_without_a_wait(model, passes):
+    """Every copy of host data onto the device goes through ``to_device`` (queued, no sync
+    on a GPU); a static pass's inputs (ids, positions, slots, the tree) are one copy."""
+    extra = {"graphs": passes == "static", "uniform": passes == "uniform",
+             "planes": passes == "uniform", "span": 64}  # fmt: skip
+    tokens, stats, _ = _run(model, "adapld", AdaPLDSettings(**CUDA_LIKE, **extra))
+    copies = _run.copies
+    assert all(site.startswith("to_device:") for site in copies), copies
+    if passes == "eager":
+        assert copies["to_device:_run"] >= stats.forward_passes  # ids (and tree positions)
+    else:
+        assert copies["to_device:_fill"] == stats.forward_passes  # one copy a pass
+        assert copies["to_device:_run"] == 1  # the prefill's one chunk only
+    assert copies["to_device:_decode"] == stats.forward_passes  # the accepted rows
 
 
 def test_cpu_defaults_read_only_for_lookups(model):

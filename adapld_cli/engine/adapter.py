@@ -21,6 +21,7 @@ import torch
 from adapld_cli.compat import cache_keyword
 from adapld_cli.engine.graphs import BUCKETS, StaticPasses
 from adapld_cli.engine.prefix import PrefixCache
+from adapld_cli.engine.transfer import to_device
 from adapld_cli.engine.tree import tree_mask
 from adapld_cli.engine.types import UnsupportedModelError
 
@@ -309,11 +310,11 @@ class ModelRunner:
         return self.cache.get_seq_length()
 
     def _run(self, ids: list[int], start: int, positions: list[int] | None, mask: Any) -> Any:
-        input_ids = torch.tensor([ids], device=self.device)
+        input_ids = to_device([ids], self.device)
         if positions is None:
             pos = torch.arange(start, start + len(ids), device=self.device)[None]
         else:
-            pos = torch.tensor([positions], device=self.device)
+            pos = to_device([positions], self.device)
         return self._forward(input_ids, pos, mask)
 
     def _forward(self, ids: torch.Tensor, pos: torch.Tensor, mask: Any) -> torch.Tensor:
@@ -364,7 +365,7 @@ class ModelRunner:
         their kept final hidden states: one LM-head pass over those rows only."""
         assert self._final is not None and max(positions) < self.cache_len
         with torch.inference_mode():
-            rows = self._final[torch.tensor(positions, device=self._final.device)]
+            rows = self._final[to_device(positions, self._final.device)]
             return topk_ids(self.logits(rows), k)
 
     def verify(
@@ -514,7 +515,7 @@ class ModelRunner:
             if drop > 0:  # guard: crop(0) is a no-op in 5.x but meant "keep 0" in 4.x
                 self.cache.crop(-drop)
             return
-        sel = torch.tensor(idx, device=self.device) + prefix_len
+        sel = to_device(idx, self.device) + prefix_len
         with torch.inference_mode():
             if self._final is not None:
                 self._final[prefix_len:new_len] = self._final.index_select(0, sel)

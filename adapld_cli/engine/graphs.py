@@ -59,6 +59,7 @@ from typing import Any
 
 import torch
 
+from adapld_cli.engine.transfer import to_device
 from adapld_cli.engine.tree import ancestors
 
 ENV_CAPTURE_CUDNN = "ADAPLD_CAPTURE_CUDNN"  # "0": captures keep the process's attention flags
@@ -296,17 +297,21 @@ class StaticPasses:
     ) -> None:
         n, b = len(ids), buf.ids.shape[1]
         depth = list(range(n)) if depths is None else list(depths)
-        host = torch.tensor(
-            [
-                ids + [ids[0]] * (b - n),
-                [length + d for d in depth] + [length] * (b - n),
-                list(range(length, length + b)),
-            ],
-            dtype=torch.int64,
-        )  # [3, b]
-        see = torch.eye(b, dtype=torch.bool)  # see[i, j]: row i sees tree row j
+        see = torch.eye(b, dtype=torch.int64)  # see[i, j]: row i sees tree row j
         see[:n, :n] = ancestors(parents, n)  # padding rows see only themselves
-        dev = host.to(self.device)
+        host = torch.cat(
+            [
+                torch.tensor(
+                    [
+                        ids + [ids[0]] * (b - n),
+                        [length + d for d in depth] + [length] * (b - n),
+                        list(range(length, length + b)),
+                    ]
+                ),
+                see,
+            ]
+        )  # [3 + b, b]: ids, positions, slots, then the rows each row sees
+        dev = to_device(host, self.device)  # one copy, queued (no wait for the GPU)
         buf.ids.copy_(dev[0:1])
         buf.pos.copy_(dev[1:2])
         buf.slots.copy_(dev[2])
@@ -317,7 +322,7 @@ class StaticPasses:
         mask = buf.mask[0, 0]  # [b, s]
         mask.fill_(torch.finfo(self.dtype).min)
         mask[:, :length] = 0
-        see = see.to(self.device)
+        see = dev[3:] != 0  # [b, b] on the device
         mask[:, length : length + b].masked_fill_(see, 0)
         if buf.gather is not None:
             self._fill_planes(buf, see, length)

@@ -27,6 +27,7 @@ from adapld_cli.engine.prefix import PrefixCache
 from adapld_cli.engine.sampling import TokenChooser
 from adapld_cli.engine.settings import AdaPLDSettings
 from adapld_cli.engine.stops import StopChecker
+from adapld_cli.engine.transfer import to_device
 from adapld_cli.engine.tree import DraftTree, accept
 from adapld_cli.engine.types import GenerationConfig, GenerationResult, Source, Stats, StepEvent
 
@@ -202,7 +203,7 @@ def _decode(
 
         with _phase("record"):
             runner.keep(root_pos, path)
-            rows = torch.tensor(path, device=runner.device)
+            rows = to_device(path, runner.device)
             ctx.record(
                 root_pos,
                 None if out.hidden is None else out.hidden.index_select(0, rows),

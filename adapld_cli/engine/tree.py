@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from adapld_cli.engine.transfer import to_device
 from adapld_cli.engine.types import Source
 
 
@@ -82,7 +83,7 @@ def tree_mask(parents: Sequence[int], past_len: int, dtype: torch.dtype, device)
     # built where it is used: only the n x n ancestor block crosses from the host
     mask = torch.full((n, past_len + n), torch.finfo(dtype).min, dtype=dtype, device=device)
     mask[:, :past_len] = 0
-    mask[:, past_len:].masked_fill_(ancestors(parents).to(device), 0)
+    mask[:, past_len:].masked_fill_(to_device(ancestors(parents), device, torch.bool), 0)
     return mask[None, None]
 
 

@@ -19,6 +19,7 @@ import torch
 from adapld_cli.engine.context import Context
 from adapld_cli.engine.ngram import NgramIndex
 from adapld_cli.engine.settings import AdaPLDSettings
+from adapld_cli.engine.transfer import to_device
 from adapld_cli.engine.tree import DraftTree
 from adapld_cli.engine.types import Source
 
@@ -225,7 +226,7 @@ class AdaPLDDrafter:
             cand = [h for h in hits[-s.max_candidates :] if h >= 1]
             if cand:
                 hidden = ctx.unit_hidden(P)
-                idx = torch.tensor(cand, device=hidden.device) - 1
+                idx = to_device(cand, hidden.device) - 1
                 sims = hidden.index_select(0, idx) @ hidden[P - 1]  # [len(cand)]
                 return cand[int(sims.argmax())], False
         return hits[-1], False

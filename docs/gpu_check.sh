@@ -23,8 +23,9 @@
 #                              n one 80-row pass attending 1,536 keys)
 #   2. verify-cost-nospan.log  the same attending the whole 4,096-row cache: what spans save
 #      verify-cost-noplanes.log a uniform pass without key planes: what the planes cost
-#   3. cases.json              the six edit cases, ar,adapld,adapld-buckets,hf-pld,hf: the
-#                              README's GPU table; = ar of adapld with and without uniform
+#   3. cases.json              the six edit cases, ar,adapld,adapld-chains,adapld-buckets,
+#                              hf-pld,hf: the README's GPU table; = ar of adapld with and
+#                              without uniform; the chains arm's speed beside the default's
 #   4. exact.log               2 trees of 65 nodes vs single steps, eager, static, uniform,
 #                              uniform with key planes, and those in spans of 16 keys (masked
 #                              keys left out change nothing?): rows bitwise equal (chain /
@@ -134,7 +135,7 @@ if [ "$part" = 1 ]; then
   step verify-cost-nospan 40 adapld bench "${model[@]}" --verify-cost --set span=0
   step verify-cost-noplanes 40 adapld bench "${model[@]}" --verify-cost --set planes=false
   step cases 270 adapld bench "${model[@]}" "${cases[@]}" \
-    --methods ar,adapld,adapld-buckets,hf-pld,hf --json "$OUT/cases.json" --markdown "$OUT/cases.md"
+    --methods ar,adapld,adapld-chains,adapld-buckets,hf-pld,hf --json "$OUT/cases.json" --markdown "$OUT/cases.md"
   step exact 75 python3 docs/gpu_exact.py "${model[@]}" --trees 2 "${exact[@]}"
   if need_tasks identity; then
     step identity 150 adapld bench "${model[@]}" --tasks "$tasks" --offset 20 --limit 20 \

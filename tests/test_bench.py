@@ -257,6 +257,9 @@ def test_ablations_and_variants_settings():
     assert not settings_for("adapld-buckets").uniform_passes("cuda")
     assert settings_for("ar-graphs").uniform_passes("cuda")
     assert VARIANT_METHOD["ar-buckets"] == "ar" and "adapld-buckets" not in VARIANT_METHOD
+    chains = settings_for("adapld-chains")  # single chains, uniform without planes on CUDA
+    assert chains.uniform_passes("cuda") and not chains.key_planes("cuda")
+    assert chains.branches is False and chains.semantic is False
 
 
 def test_static_passes_are_the_cuda_default():

@@ -28,6 +28,12 @@ Method names: the engine's (``ar``, ``pld``, ``adapld``) come from
 - ``ar-buckets`` / ``adapld-buckets``: static passes of several sizes (``graphs=True``,
   ``uniform=False``): on a GPU, what one uniform shape with key planes (the CUDA default,
   what makes the passes exact there) costs against passes sized to the tree.
+- ``adapld-chains``: adapld drafting single chains only (no branches, no semantic
+  alternatives) through uniform passes without key planes: every row then lies on the
+  tree's first-child chain, where a uniform pass was exact on a GPU without planes, so it
+  skips their copies. Compared with ``ar`` side by side for speed; its ``= ar`` holds
+  against ``ar`` without planes (``--set planes=false``), which on a GPU may round its one
+  row otherwise than ``ar`` with planes.
 
 Engine methods and ablations are lossless by construction: an output that differs from ``ar``
 is a bug. The transformers baselines run other code (and possibly other kernels), so for them
@@ -67,6 +73,7 @@ VARIANTS: dict[str, dict[str, bool]] = {
     "ar-eager": {"graphs": False},
     "adapld-buckets": {"graphs": True, "uniform": False},
     "ar-buckets": {"graphs": True, "uniform": False},
+    "adapld-chains": {"planes": False, "semantic": False, "branches": False},
 }
 # the engine method a variant runs (default: adapld)
 VARIANT_METHOD = {

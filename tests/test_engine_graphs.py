@@ -433,6 +433,57 @@ def test_key_spans_attend_only_the_keys_in_use(monkeypatch):
     assert accepted > 0
 
 
+def test_static_passes_attend_grouped_heads_without_copying_keys(monkeypatch):
+    """On transformers' sdpa attention with grouped heads (GQA), static passes without key
+    planes run each key head's query heads as its rows (``grouped_attention``): no
+    ``repeat_kv`` copy of the keys in any static pass (the eager prefill still makes them),
+    and greedy ar, adapld and a full tree through uniform passes emit the same tokens. The
+    exact CPU kernels keep their own attention; a model without GQA is not grouped."""
+    from transformers.integrations import sdpa_attention
+
+    from adapld_cli.engine.graphs import attention_groups
+    from tests.test_kernels import _packed
+
+    model = _stock_bf16_model()
+    assert attention_groups(model.config) == 2
+    assert attention_groups(tiny_model("gpt2").config) == 0
+    assert attention_groups(_packed("qwen2", torch.bfloat16).config) == 0  # exact kernels
+    from adapld_cli.engine.graphs import StaticPasses
+
+    copies, static = Counter(), [False]  # repeat_kv calls by: inside a static pass or not
+    repeat, run = sdpa_attention.repeat_kv, StaticPasses._run
+
+    def counted(states, n_rep):
+        copies[static[0]] += 1
+        return repeat(states, n_rep)
+
+    def in_static(self, buf):
+        static[0] = True
+        try:
+            return run(self, buf)
+        finally:
+            static[0] = False
+
+    monkeypatch.setattr(sdpa_attention, "repeat_kv", counted)
+    monkeypatch.setattr(StaticPasses, "_run", in_static)
+    made = _runs(monkeypatch)
+    cfg = GenerationConfig(max_new_tokens=48)
+    uniform = AdaPLDSettings(uniform=True, planes=False)
+    for seed in range(2):
+        prompt = _copy_prompt(seed)
+        want = generate(model, prompt, cfg, "ar", settings=uniform).tokens
+        for settings in (uniform, replace(FULL_TREE, uniform=True, planes=False)):
+            out = generate(model, prompt, cfg, "adapld", settings=settings)
+            assert out.tokens == want and out.stats.accepted_draft_tokens > 0, seed
+            assert made[-1].static.groups == 2 and made[-1].static_runs > 0
+    assert copies[True] == 0  # no static pass copied its keys
+    from adapld_cli.engine import graphs
+
+    monkeypatch.setattr(graphs, "attention_groups", lambda config: 0)  # teeth: ungrouped
+    generate(_stock_bf16_model(), _copy_prompt(0), cfg, "adapld", settings=uniform)
+    assert made[-1].static.groups == 0 and copies[True] > 0
+
+
 def test_cuda_passes_default_to_one_shape_with_key_planes():
     """What the loop asks of a CUDA runner by default: static passes of the one uniform shape
     with key planes, the cache preallocated for the whole answer; a CPU keeps dynamic passes

@@ -415,7 +415,8 @@ class ModelRunner:
                     self.dtype,
                     capture=self.device.type == "cuda" and (old is None or old.capture),
                     shapes=self._shapes,
-                    planes=self.model.config if self._planes else None,
+                    config=self.model.config,
+                    planes=self._planes,
                     span=self._span,
                 )
             if old is not None:  # counts go on

@@ -17,6 +17,10 @@ preallocated KV cache:
 - after the run the layers' length is set to ``length + n``; :meth:`ModelRunner.keep`
   compacts the accepted path as for an eager pass.
 
+Without planes, on a model whose heads share keys (GQA) and run on transformers' sdpa
+attention, a static pass attends grouped (:func:`grouped_attention`): a key head's query
+heads are its query rows, so the keys are not copied per query head.
+
 With a key span (``AdaPLDSettings.span``, :func:`key_span`) a pass attends only the cache's
 first multiple of ``span`` rows past it, not the whole buffer: the keys left out are masked
 for every row, and a masked key adds an exact zero (its weight is ``exp`` of a huge negative,
@@ -100,14 +104,26 @@ class _Bucket:
     graph: Any = None  # torch.cuda.CUDAGraph once captured
     gather: torch.Tensor | None = None  # [b, s] int64: with planes, row i's key order
     seen: torch.Tensor | None = None  # [b, 1, 1, s] additive mask over those keys
+    grouped: torch.Tensor | None = None  # [1, 1, G * b, s]: grouped heads, the mask per head
 
 
-# key planes: a pass's mask storage (data pointer) -> its bucket, while the bucket lives
-_PLANES: weakref.WeakValueDictionary[int, _Bucket] = weakref.WeakValueDictionary()
-PLANES = "adapld_planes"  # the attention's name in transformers' AttentionInterface
+# a static pass's mask storage (data pointer) -> its bucket, while the bucket lives
+_PASSES: weakref.WeakValueDictionary[int, _Bucket] = weakref.WeakValueDictionary()
+STATIC = "adapld_static"  # static_attention's name in transformers' AttentionInterface
 
 
-def planes_attention(
+def attention_groups(config: Any) -> int:
+    """Query heads per key head where static passes run the attention grouped
+    (:func:`grouped_attention`): a model on transformers' sdpa attention whose heads share
+    keys (GQA); else 0 (the model's own attention runs, e.g. the exact CPU kernels')."""
+    heads = getattr(config, "num_attention_heads", None)
+    kv = getattr(config, "num_key_value_heads", None) or heads
+    if getattr(config, "_attn_implementation", None) != "sdpa" or not heads or heads <= kv:
+        return 0
+    return heads // kv
+
+
+def static_attention(
     module: Any,
     query: torch.Tensor,
     key: torch.Tensor,
@@ -117,23 +133,62 @@ def planes_attention(
     scaling: float | None = None,
     **kwargs: Any,
 ) -> tuple[torch.Tensor, None]:
+    """The attention of static passes (transformers' attention interface; shapes: ``query
+    [1, H, b, d]``, ``key`` / ``value`` ``[1, KV, s, d]``, the static cache's first ``s``
+    rows, output ``[1, b, H, d]``): :func:`planes_attention` for a pass with key planes,
+    :func:`grouped_attention` for one with grouped heads, transformers' sdpa attention for
+    any other call."""
+    buf = None if attention_mask is None else _PASSES.get(attention_mask.data_ptr())
+    if buf is not None and query.shape[0] == 1:
+        if buf.gather is not None:
+            return planes_attention(buf, query, key, value, scaling)
+        if buf.grouped is not None:
+            return grouped_attention(buf, query, key, value, scaling)
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    return sdpa_attention_forward(
+        module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs
+    )
+
+
+def grouped_attention(
+    buf: _Bucket,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    scaling: float | None,
+) -> tuple[torch.Tensor, None]:
+    """Attention of a static pass whose heads share keys, without copying them: a key head's
+    ``G`` query heads become its query rows (``[1, KV, G * b, d]``, the pass's mask repeated
+    per head) against the cache's own ``[1, KV, s, d]``. Transformers' sdpa attention copies
+    the keys and values once per query head instead (``repeat_kv``: with a mask, torch's
+    ``enable_gqa`` takes its math backend): on an H200 two ~28 us copies a layer, 11 % of a
+    replayed pass. Each row is computed alone at one shape whatever the other rows, so a row
+    on the draft tree's first-child chain is the single step's as before (``uniform``)."""
+    assert buf.grouped is not None
+    b, heads, kv, d = query.shape[2], query.shape[1], key.shape[1], query.shape[3]
+    q = query.reshape(1, kv, heads // kv * b, d)  # head kv * G + g's row i at g * b + i
+    out = torch.nn.functional.scaled_dot_product_attention(
+        q, key, value, attn_mask=buf.grouped, scale=scaling
+    )  # [1, KV, G * b, d]
+    return out.reshape(1, heads, b, d).transpose(1, 2).contiguous(), None
+
+
+def planes_attention(
+    buf: _Bucket,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    scaling: float | None,
+) -> tuple[torch.Tensor, None]:
     """Attention of a static pass with key planes: each of the ``b`` query rows attends its
     own copy of the keys, laid out as plain decoding lays them out for that token (the cached
     prefix, then its ancestors in depth order, then itself; nothing else visible), one batch
     item per row. A row's attention then has the very inputs of a single-token step at its
     position, so a branch node's row is exact too where the kernel computes each batch item
     independently of the others (torch's CPU kernel does not always: docs/design.md).
-    Shapes as transformers' attention interface: ``query [1, H, b, d]``, ``key`` / ``value``
-    ``[1, KV, s, d]`` (the static cache's first ``s`` rows: the pass's span), output
-    ``[1, b, H, d]``. Passes whose mask is not a key-planes pass's go to transformers' sdpa
-    attention."""
-    buf = None if attention_mask is None else _PLANES.get(attention_mask.data_ptr())
-    if buf is None or buf.gather is None or query.shape[0] != 1:
-        from transformers.integrations.sdpa_attention import sdpa_attention_forward
-
-        return sdpa_attention_forward(
-            module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs
-        )
+    Shapes as :func:`static_attention`'s."""
+    assert buf.gather is not None
     b, heads, kv, d = query.shape[2], query.shape[1], key.shape[1], query.shape[3]
     # a key head's query heads as its query rows ([b, KV, H / KV, d]; transformers' grouping:
     # head h reads key head h // (H / KV)): no enable_gqa, which with a mask sends torch to
@@ -173,12 +228,12 @@ def captured_attention() -> Any:
         return sdpa_kernel(order)
 
 
-def _register_planes() -> None:
+def _register() -> None:
     from transformers import AttentionInterface
     from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
 
-    AttentionInterface.register(PLANES, planes_attention)
-    ALL_MASK_ATTENTION_FUNCTIONS.register(PLANES, sdpa_mask)
+    AttentionInterface.register(STATIC, static_attention)
+    ALL_MASK_ATTENTION_FUNCTIONS.register(STATIC, sdpa_mask)
 
 
 class StaticPasses:
@@ -196,15 +251,19 @@ class StaticPasses:
         dtype: Any,
         capture: bool,
         shapes: tuple[int, ...] = BUCKETS,
-        planes: Any = None,
+        config: Any = None,
+        planes: bool = False,
         span: int = 0,
     ):
         self.layers = layers
         self.shapes = shapes  # the pass sizes run, ascending
-        # the model config whose attention runs as planes_attention in these passes, or None
-        self.planes = planes
-        if planes is not None:
-            _register_planes()
+        self.planes = planes  # rows attend key planes (planes_attention; needs ``config``)
+        # query heads per key head, attended grouped (grouped_attention; 0: not so)
+        self.groups = 0 if planes else attention_groups(config)
+        # the model config whose attention runs as static_attention in these passes, or None
+        self.config = config if planes or self.groups else None
+        if self.config is not None:
+            _register()
         self.span = span  # key span step (key_span; 0: every pass attends the whole cache)
         self.forward = forward  # the owning runner's (reset when a runner takes it over)
         self.device, self.dtype = device, dtype
@@ -254,10 +313,16 @@ class StaticPasses:
                 rows=rows,
                 mask=rows[..., :s],
             )
-            if self.planes is not None:
+            if self.planes:
                 buf.gather = torch.zeros((b, s), **i64)
                 buf.seen = torch.zeros((b, 1, 1, s), dtype=self.dtype, device=self.device)
-                _PLANES[rows.data_ptr()] = buf
+            elif self.groups:
+                grouped = torch.empty(
+                    (1, 1, self.groups * b, width), dtype=self.dtype, device=self.device
+                )
+                buf.grouped = grouped[..., :s]
+            if self.config is not None:
+                _PASSES[rows.data_ptr()] = buf
             self._buckets[b, s] = buf
         return self._buckets[b, s]
 
@@ -326,6 +391,8 @@ class StaticPasses:
         mask[:, length : length + b].masked_fill_(see, 0)
         if buf.gather is not None:
             self._fill_planes(buf, see, length)
+        if buf.grouped is not None:  # the mask once per query head of a key head
+            buf.grouped[0, 0].unflatten(0, (self.groups, b)).copy_(mask.expand(self.groups, -1, -1))
 
     def _fill_planes(self, buf: _Bucket, see: torch.Tensor, length: int) -> None:
         """Row ``i``'s key plane: the prefix, then its ancestors and itself in tree order (the
@@ -346,10 +413,10 @@ class StaticPasses:
     def _run(self, buf: _Bucket) -> tuple[torch.Tensor, torch.Tensor | None]:
         for layer in self.layers:
             layer.slots, layer.span = buf.slots, buf.span
-        config = self.planes
+        config = self.config
         before = None if config is None else config._attn_implementation
         if config is not None:
-            config._attn_implementation = PLANES
+            config._attn_implementation = STATIC
         try:
             return self.forward(buf.ids, buf.pos, buf.mask)
         finally:

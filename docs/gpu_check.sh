@@ -3,7 +3,7 @@
 # Run from the repository root once the GPU kit's calls have put its wheels and the model's
 # GGUF parts in /tmp/kit:
 #
-#   bash docs/gpu_check.sh [1|2|3] [CANITEDIT.jsonl]
+#   bash docs/gpu_check.sh [1|2|3|4] [CANITEDIT.jsonl]
 #
 # The call after the kit's, as made on 2026-12-04 (copy ../shared/bench/canitedit.jsonl to
 # .gpu-kit/, carry it and name it as the 2nd argument):
@@ -50,6 +50,10 @@
 #                       graphs and the uniform shape gain
 #  10. profile/         the profiles of the nine-size static passes and of eager ones
 #                       (--modes buckets,eager)
+#   part 4 (~5 minutes with coder-0.5b): the README table for a second model, whichever the
+#   kit holds (`../shared/tools/gpu_kit.sh coder-0.5b`: 8 parts)
+#  11. cases.json       the six edit cases, ar,adapld,hf-pld,hf
+#  12. canitedit.json   CanItEdit 21-30, ar,hf-pld,adapld
 # A step that runs out of time is cut and the next one starts. Every step's exit status is in
 # $OUT/steps.txt; PACK=FILE keeps a .tar.gz of $OUT (less the profile's Chrome traces) up to
 # date after each step, since a device call returns at most 8 files. BUDGET=SECONDS caps the
@@ -162,8 +166,16 @@ elif [ "$part" = 3 ]; then
     --methods ar-eager,adapld-eager,ar-buckets --json "$OUT/eager.json" --markdown "$OUT/eager.md"
   step profile 120 python3 docs/gpu_profile.py "${model[@]}" --modes buckets,eager "${profile[@]}" \
     --out "$OUT/profile"
+elif [ "$part" = 4 ]; then
+  step cases 240 adapld bench "${model[@]}" "${cases[@]}" --methods ar,adapld,hf-pld,hf \
+    --json "$OUT/cases.json" --markdown "$OUT/cases.md"
+  if need_tasks canitedit; then
+    step canitedit 150 adapld bench "${model[@]}" --tasks "$tasks" --offset 20 --limit 10 \
+      "${quick[@]}" --methods ar,hf-pld,adapld --json "$OUT/canitedit.json" \
+      --markdown "$OUT/canitedit.md"
+  fi
 else
-  echo "no part $part: 1, 2 or 3" | tee -a "$OUT/steps.txt"
+  echo "no part $part: 1, 2, 3 or 4" | tee -a "$OUT/steps.txt"
 fi
 pack
 exit 0

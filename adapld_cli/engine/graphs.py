@@ -141,9 +141,9 @@ def static_attention(
     buf = None if attention_mask is None else _PASSES.get(attention_mask.data_ptr())
     if buf is not None and query.shape[0] == 1:
         if buf.gather is not None:
-            return planes_attention(buf, query, key, value, scaling)
+            return planes_attention(buf, (query, key, value), scaling), None
         if buf.grouped is not None:
-            return grouped_attention(buf, query, key, value, scaling)
+            return grouped_attention(buf, (query, key, value), scaling), None
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
     return sdpa_attention_forward(
@@ -151,13 +151,7 @@ def static_attention(
     )
 
 
-def grouped_attention(
-    buf: _Bucket,
-    query: torch.Tensor,
-    key: torch.Tensor,
-    value: torch.Tensor,
-    scaling: float | None,
-) -> tuple[torch.Tensor, None]:
+def grouped_attention(buf: _Bucket, qkv: tuple[torch.Tensor, ...], scaling: Any) -> torch.Tensor:
     """Attention of a static pass whose heads share keys, without copying them: a key head's
     ``G`` query heads become its query rows (``[1, KV, G * b, d]``, the pass's mask repeated
     per head) against the cache's own ``[1, KV, s, d]``. Transformers' sdpa attention copies
@@ -166,29 +160,25 @@ def grouped_attention(
     replayed pass. Each row is computed alone at one shape whatever the other rows, so a row
     on the draft tree's first-child chain is the single step's as before (``uniform``)."""
     assert buf.grouped is not None
+    query, key, value = qkv
     b, heads, kv, d = query.shape[2], query.shape[1], key.shape[1], query.shape[3]
     q = query.reshape(1, kv, heads // kv * b, d)  # head kv * G + g's row i at g * b + i
     out = torch.nn.functional.scaled_dot_product_attention(
         q, key, value, attn_mask=buf.grouped, scale=scaling
     )  # [1, KV, G * b, d]
-    return out.reshape(1, heads, b, d).transpose(1, 2).contiguous(), None
+    return out.reshape(1, heads, b, d).transpose(1, 2).contiguous()
 
 
-def planes_attention(
-    buf: _Bucket,
-    query: torch.Tensor,
-    key: torch.Tensor,
-    value: torch.Tensor,
-    scaling: float | None,
-) -> tuple[torch.Tensor, None]:
+def planes_attention(buf: _Bucket, qkv: tuple[torch.Tensor, ...], scaling: Any) -> torch.Tensor:
     """Attention of a static pass with key planes: each of the ``b`` query rows attends its
     own copy of the keys, laid out as plain decoding lays them out for that token (the cached
     prefix, then its ancestors in depth order, then itself; nothing else visible), one batch
     item per row. A row's attention then has the very inputs of a single-token step at its
     position, so a branch node's row is exact too where the kernel computes each batch item
     independently of the others (torch's CPU kernel does not always: docs/design.md).
-    Shapes as :func:`static_attention`'s."""
+    Shapes as :func:`static_attention`'s (``qkv``: its query, key and value)."""
     assert buf.gather is not None
+    query, key, value = qkv
     b, heads, kv, d = query.shape[2], query.shape[1], key.shape[1], query.shape[3]
     # a key head's query heads as its query rows ([b, KV, H / KV, d]; transformers' grouping:
     # head h reads key head h // (H / KV)): no enable_gqa, which with a mask sends torch to
@@ -199,7 +189,7 @@ def planes_attention(
     out = torch.nn.functional.scaled_dot_product_attention(
         q, k, v, attn_mask=buf.seen, scale=scaling
     )  # [b, KV, H / KV, d]
-    return out.reshape(b, heads, d).unsqueeze(0), None
+    return out.reshape(b, heads, d).unsqueeze(0)
 
 
 def captured_attention() -> Any:

@@ -48,8 +48,8 @@
 #      verify-cost-buckets.log the cost of a pass over n = 1..64 tokens, bucketed static passes
 #   9. eager.json       the six edit cases, ar-eager,adapld-eager,ar-buckets: what the
 #                       graphs and the uniform shape gain
-#  10. profile/         the profiles of the nine-size static passes and of eager ones
-#                       (--modes buckets,eager)
+#  10. profile/         the profiles of the chains arm (no planes, single chains), of the
+#                       nine-size static passes and of eager ones (--modes chains,buckets,eager)
 #   part 4 (~5 minutes with coder-0.5b): the README table for a second model, whichever the
 #   kit holds (`../shared/tools/gpu_kit.sh coder-0.5b`: 8 parts)
 #  11. cases.json       the six edit cases, ar,adapld,hf-pld,hf
@@ -164,8 +164,8 @@ elif [ "$part" = 3 ]; then
   step verify-cost-buckets 40 adapld bench "${model[@]}" --verify-cost --set uniform=false
   step eager 150 adapld bench "${model[@]}" "${cases[@]}" \
     --methods ar-eager,adapld-eager,ar-buckets --json "$OUT/eager.json" --markdown "$OUT/eager.md"
-  step profile 120 python3 docs/gpu_profile.py "${model[@]}" --modes buckets,eager "${profile[@]}" \
-    --out "$OUT/profile"
+  step profile 160 python3 docs/gpu_profile.py "${model[@]}" --modes chains,buckets,eager \
+    "${profile[@]}" --out "$OUT/profile"
 elif [ "$part" = 4 ]; then
   step cases 240 adapld bench "${model[@]}" "${cases[@]}" --methods ar,adapld,hf-pld,hf \
     --json "$OUT/cases.json" --markdown "$OUT/cases.md"

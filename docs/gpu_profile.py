@@ -6,7 +6,8 @@ is scarce: one call prints everything, and writes it to ``--out`` as well::
 
 For each mode of ``--modes`` (default ``graphs,eager``: static passes replayed as CUDA graphs,
 ``AdaPLDSettings.graphs``, the default on CUDA: one uniform shape with key planes there, then
-dynamic eager passes; ``buckets``: static passes of the nine sizes) and each method
+dynamic eager passes; ``buckets``: static passes of the nine sizes; ``chains``: the
+default's shapes without key planes, single-chain drafts) and each method
 (``ar`` then ``adapld``): the prompt is prefilled and ``--warmup``
 steps run unprofiled, then the next ``--steps`` (ar) or ``--passes`` (adapld) events are profiled
 (CPU activities, and CUDA ones on a GPU). Printed: the wall time per event, the top entries by
@@ -32,16 +33,22 @@ from typing import Any
 SYNC_OPS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaMemcpyAsync", "cudaMemcpy")
 # --modes: the settings each runs with (AdaPLDSettings fields), and the suffix of its name
 MODES = {"graphs": {"graphs": True}, "buckets": {"graphs": True, "uniform": False},
+         "chains": {"graphs": True, "planes": False, "semantic": False, "branches": False},
          "eager": {"graphs": False}}  # fmt: skip
-MODE_SUFFIX = {"graphs": "-graphs", "buckets": "-buckets", "eager": ""}
+MODE_SUFFIX = {"graphs": "-graphs", "buckets": "-buckets", "chains": "-chains", "eager": ""}
 
 
 def mode_of(settings: Any, device_type: str) -> str:
     """The ``--modes`` name of ``settings``' passes on this device: eager, static of the
-    default's shapes (``graphs``) or static of the nine sizes (``buckets``)."""
+    default's shapes (``graphs``), static of the nine sizes (``buckets``) or the default's
+    shapes without key planes for single-chain drafts (``chains``, the bench's
+    ``adapld-chains``)."""
     if not settings.static_passes(device_type):
         return "eager"
-    return "buckets" if settings.uniform is False else "graphs"
+    if settings.uniform is False:
+        return "buckets"
+    chains = settings.planes is False and not settings.branches and settings.semantic is False
+    return "chains" if chains else "graphs"
 
 
 def profile_method(

@@ -22,18 +22,19 @@
 #   1. verify-cost.log         the cost of a pass (the default: uniform, planes, span 512; every
 #                              n one 80-row pass attending 1,536 keys)
 #   2. verify-cost-nospan.log  the same attending the whole 4,096-row cache: what spans save
-#      verify-cost-noplanes.log a uniform pass without key planes: what the planes cost
 #   3. cases.json              the six edit cases, ar,adapld,adapld-chains,adapld-buckets,
 #                              hf-pld,hf: the README's GPU table; = ar of adapld with and
 #                              without uniform; the chains arm's speed beside the default's
-#   4. exact.log               2 trees of 65 nodes vs single steps, eager, static, uniform,
+#   4. identity.json           CanItEdit 21-40, ar,adapld (CANITEDIT.jsonl needed): = ar over
+#                              20 tasks, the identity count
+#   5. exact.log               2 trees of 65 nodes vs single steps, eager, static, uniform,
 #                              uniform with key planes, and those in spans of 16 keys (masked
 #                              keys left out change nothing?): rows bitwise equal (chain /
-#                              branches) / same argmax (docs/gpu_exact.py)
-#   5. identity.json           CanItEdit 21-40, ar,adapld (CANITEDIT.jsonl needed): = ar over
-#                              20 tasks, the identity count
+#                              branches) / same argmax (docs/gpu_exact.py; last, as a cut
+#                              step still leaves the modes it printed)
 #   part 2 (~6 minutes; CANITEDIT.jsonl needed for 7 and 8)
 #      verify-cost-nocudnn.log  the default's pass with cuDNN attention kept out of captures
+#      verify-cost-noplanes.log a uniform pass without key planes: what the planes cost
 #      chains.json  the six edit cases, ar,adapld, uniform passes without key planes and
 #                   drafts that are single chains (no branches, no semantic alternatives):
 #                   the first-child chain's rows were exact without planes (exact.log), so
@@ -137,16 +138,16 @@ need_tasks() {  # need_tasks STEP: whether a tasks file was given (else the step
 if [ "$part" = 1 ]; then
   step verify-cost 40 adapld bench "${model[@]}" --verify-cost
   step verify-cost-nospan 40 adapld bench "${model[@]}" --verify-cost --set span=0
-  step verify-cost-noplanes 40 adapld bench "${model[@]}" --verify-cost --set planes=false
   step cases 270 adapld bench "${model[@]}" "${cases[@]}" \
     --methods ar,adapld,adapld-chains,adapld-buckets,hf-pld,hf --json "$OUT/cases.json" --markdown "$OUT/cases.md"
-  step exact 75 python3 docs/gpu_exact.py "${model[@]}" --trees 2 "${exact[@]}"
   if need_tasks identity; then
     step identity 150 adapld bench "${model[@]}" --tasks "$tasks" --offset 20 --limit 20 \
       "${quick[@]}" --methods ar,adapld --json "$OUT/identity.json" --markdown "$OUT/identity.md"
   fi
+  step exact 75 python3 docs/gpu_exact.py "${model[@]}" --trees 2 "${exact[@]}"
 elif [ "$part" = 2 ]; then
   step verify-cost-nocudnn 40 env ADAPLD_CAPTURE_CUDNN=0 adapld bench "${model[@]}" --verify-cost
+  step verify-cost-noplanes 40 adapld bench "${model[@]}" --verify-cost --set planes=false
   step chains 120 adapld bench "${model[@]}" "${cases[@]}" --set planes=false \
     --set semantic=false --set branches=false --methods ar,adapld --json "$OUT/chains.json" \
     --markdown "$OUT/chains.md"

@@ -506,9 +506,10 @@ class ModelRunner:
         if entry.topk is not None:
             topks.append(entry.topk[:n])
 
-    def keep(self, prefix_len: int, idx: list[int]) -> None:
+    def keep(self, prefix_len: int, idx: list[int], rows: torch.Tensor | None = None) -> None:
         """Compact the cache to ``prefix_len`` entries followed by the entries at
-        ``prefix_len + i`` for ``i`` in ``idx`` (ascending): the accepted path."""
+        ``prefix_len + i`` for ``i`` in ``idx`` (ascending): the accepted path. ``rows``: ``idx``
+        on the device already, where the caller has it (no second copy)."""
         contiguous = idx == list(range(len(idx)))
         new_len = prefix_len + len(idx)
         if contiguous:
@@ -516,7 +517,7 @@ class ModelRunner:
             if drop > 0:  # guard: crop(0) is a no-op in 5.x but meant "keep 0" in 4.x
                 self.cache.crop(-drop)
             return
-        sel = to_device(idx, self.device) + prefix_len
+        sel = (to_device(idx, self.device) if rows is None else rows) + prefix_len
         with torch.inference_mode():
             if self._final is not None:
                 self._final[prefix_len:new_len] = self._final.index_select(0, sel)

@@ -202,8 +202,8 @@ def _decode(
         stats.pass_s += pass_s
 
         with _phase("record"):
-            runner.keep(root_pos, path)
-            rows = to_device(path, runner.device)
+            rows = to_device(path, runner.device)  # one copy: compaction and record share it
+            runner.keep(root_pos, path, rows)
             ctx.record(
                 root_pos,
                 None if out.hidden is None else out.hidden.index_select(0, rows),

@@ -21,7 +21,9 @@
 #   part 1 (~9 minutes on an H200 with coder-1.5b)
 #   1. verify-cost.log         the cost of a pass (the default: uniform, planes, span 512; every
 #                              n one 80-row pass attending 1,536 keys)
-#   2. verify-cost-nospan.log  the same attending the whole 4,096-row cache: what spans save
+#   2. verify-cost-before.log  the same attending the whole 4,096-row cache with key planes
+#                              gathered whole each pass (span=0, ADAPLD_KEPT_PLANES=0: the
+#                              pass as session 40 left it): what spans and kept planes save
 #   3. cases.json              the six edit cases, ar,adapld,adapld-chains,adapld-buckets,
 #                              hf-pld,hf: the README's GPU table; = ar of adapld with and
 #                              without uniform; the chains arm's speed beside the default's
@@ -47,6 +49,8 @@
 #                       what the semantic fallback and branches pay on a GPU
 #   part 3 (~5 minutes)
 #      verify-cost-buckets.log the cost of a pass over n = 1..64 tokens, bucketed static passes
+#      verify-cost-gathered.log the default's pass with its key planes gathered whole each
+#                              pass (ADAPLD_KEPT_PLANES=0): kept planes' saving alone
 #   9. eager.json       the six edit cases, ar-eager,adapld-eager,ar-buckets: what the
 #                       graphs and the uniform shape gain
 #  10. profile/         the profiles of the chains arm (no planes, single chains), of the
@@ -137,7 +141,8 @@ need_tasks() {  # need_tasks STEP: whether a tasks file was given (else the step
 }
 if [ "$part" = 1 ]; then
   step verify-cost 40 adapld bench "${model[@]}" --verify-cost
-  step verify-cost-nospan 40 adapld bench "${model[@]}" --verify-cost --set span=0
+  step verify-cost-before 40 env ADAPLD_KEPT_PLANES=0 adapld bench "${model[@]}" \
+    --verify-cost --set span=0
   step cases 270 adapld bench "${model[@]}" "${cases[@]}" \
     --methods ar,adapld,adapld-chains,adapld-buckets,hf-pld,hf --json "$OUT/cases.json" --markdown "$OUT/cases.md"
   if need_tasks identity; then
@@ -163,6 +168,7 @@ elif [ "$part" = 2 ]; then
   fi
 elif [ "$part" = 3 ]; then
   step verify-cost-buckets 40 adapld bench "${model[@]}" --verify-cost --set uniform=false
+  step verify-cost-gathered 40 env ADAPLD_KEPT_PLANES=0 adapld bench "${model[@]}" --verify-cost
   step eager 150 adapld bench "${model[@]}" "${cases[@]}" \
     --methods ar-eager,adapld-eager,ar-buckets --json "$OUT/eager.json" --markdown "$OUT/eager.md"
   step profile 160 python3 docs/gpu_profile.py "${model[@]}" --modes chains,buckets,eager \

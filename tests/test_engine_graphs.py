@@ -433,6 +433,82 @@ def test_key_spans_attend_only_the_keys_in_use(monkeypatch):
     assert accepted > 0
 
 
+def test_kept_key_planes_copy_only_each_pass_rows(monkeypatch):
+    """Key planes kept from pass to pass (``KeyPlanes``, the default with one pass shape):
+    at every layer of every pass each row's plane holds, up to its position, exactly the keys
+    and values a plane gathered whole from the cache holds (the prefix, then its ancestors
+    in order); a pass writes ``2b`` rows of each plane, not ``b x s``, and a tree pass's
+    logits are the gathered planes' bit for bit. Checked through
+    generations one after the other in one workspace (a new prompt: the planes copy the
+    changed rows first), a prompt shorter than the pass, and branch steps that compact the
+    cache; ar and a full tree emit the same tokens, and so do planes gathered whole
+    (``ADAPLD_KEPT_PLANES=0``)."""
+    from adapld_cli.engine.graphs import KeyPlanes, StaticPasses
+
+    model = _stock_bf16_model()
+    checked, writes, caught_up = Counter(), Counter(), [0]
+    planes, sync = KeyPlanes.planes, KeyPlanes.sync
+
+    def check(self, buf, key, value):
+        k, v = planes(self, buf, key, value)
+        b, length = self.rows, int(buf.slots[0])
+        assert buf.dst.shape == (2 * b,) and buf.gather is None
+        writes[buf.dst.numel()] += 1
+        for r in range(b):
+            pos = int(buf.pos[0, r])
+            rows = torch.cat([torch.arange(length), buf.src[r, b:]])[: pos + 1]
+            assert torch.equal(k[r, :, : pos + 1], key[0][:, rows]), (length, r)
+            assert torch.equal(v[r, :, : pos + 1], value[0][:, rows]), (length, r)
+        checked["rows"] += b
+        return k, v
+
+    def count_sync(self, layers, length):
+        caught_up[0] += min(layer.low for layer in layers) < length - self.rows
+        return sync(self, layers, length)
+
+    monkeypatch.setattr(KeyPlanes, "planes", check)
+    monkeypatch.setattr(KeyPlanes, "sync", count_sync)
+    made = _runs(monkeypatch)
+    cfg = GenerationConfig(max_new_tokens=40)
+    settings = replace(FULL_TREE, uniform=True, planes=True)
+    outs, branch = [], 0
+    for prompt in (_copy_prompt(0), _copy_prompt(1)[:50], _copy_prompt(2)):
+        want = generate(model, prompt, cfg, "ar", settings=settings).tokens
+        out = generate(model, prompt, cfg, "adapld", settings=settings)
+        assert out.tokens == want and out.stats.accepted_draft_tokens > 0
+        assert isinstance(made[-1].static, StaticPasses) and made[-1].static.kept is not None
+        branch += out.stats.branch_accepted + out.stats.semantic_accepted
+        outs.append(out.tokens)
+    shape = uniform_shape(settings.node_budget)
+    assert branch > 0 and checked["rows"] > 0 and set(writes) == {2 * shape}
+    assert caught_up[0] >= 4  # each generation's first passes copied the new prompt's rows
+    # one workspace for each method's generations (ar's runners hook no layer: another)
+    assert made[0].cache is made[2].cache is made[4].cache
+    assert made[1].cache is made[3].cache is made[5].cache
+
+    monkeypatch.setenv("ADAPLD_KEPT_PLANES", "0")
+    monkeypatch.setattr(adapter, "_WORKSPACES", type(adapter._WORKSPACES)())
+    checked.clear()
+    for prompt, tokens in zip((_copy_prompt(0), _copy_prompt(1)[:50]), outs, strict=False):
+        assert generate(model, prompt, cfg, "adapld", settings=settings).tokens == tokens
+        assert made[-1].static.kept is None and made[-1].static_runs > 0
+    assert not checked  # gathered whole: the kept planes were not used
+
+    # one tree pass after 833 tokens: the logits of kept planes are gathered planes' bit for bit
+    from tests.test_kernels import dfs_tree
+
+    rng = random.Random(0)
+    prefix = [rng.randrange(1024) for _ in range(834)]
+    tree = DraftTree.root(prefix[-1])
+    for parent in dfs_tree(40, 0, chain=12)[1:]:
+        tree.add(rng.randrange(1024), parent, Source.LEXICAL)
+    gathered = _span_rows(model, prefix, tree, 16, True)
+    monkeypatch.delenv("ADAPLD_KEPT_PLANES")
+    monkeypatch.setattr(adapter, "_WORKSPACES", type(adapter._WORKSPACES)())
+    assert torch.equal(_span_rows(model, prefix, tree, 16, True), gathered)
+    assert checked["rows"] > 0
+
+
 def test_static_passes_attend_grouped_heads_without_copying_keys(monkeypatch):
     """On transformers' sdpa attention with grouped heads (GQA), static passes without key
     planes run each key head's query heads as its rows (``grouped_attention``): no

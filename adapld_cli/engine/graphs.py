@@ -48,9 +48,10 @@ draft tree's first-child chain its keys lie where ``ar`` puts them, but a branch
 few rows further on, and an attention kernel's reduction order sees that (torch's stock
 float32 kernels on the real model: chain rows bitwise equal, branch rows not). With
 ``planes`` (``AdaPLDSettings.planes``) each row attends its own key plane
-(:func:`planes_attention`): the keys gathered in the order plain decoding has them, one
-batch item per row, at one shape. The bench measures both on a GPU (``adapld bench --set
-uniform=true --methods ar,adapld``; ``docs/gpu_exact.py``).
+(:func:`planes_attention`): the keys in the order plain decoding has them, one batch item
+per row, at one shape; the planes are kept from pass to pass (:class:`KeyPlanes`), so a pass
+copies only its own rows and those accepted since the last. The bench measures both on a
+GPU (``adapld bench --set uniform=true --methods ar,adapld``; ``docs/gpu_exact.py``).
 """
 
 from __future__ import annotations
@@ -67,6 +68,8 @@ from adapld_cli.engine.transfer import to_device
 from adapld_cli.engine.tree import ancestors
 
 ENV_CAPTURE_CUDNN = "ADAPLD_CAPTURE_CUDNN"  # "0": captures keep the process's attention flags
+ENV_KEPT_PLANES = "ADAPLD_KEPT_PLANES"  # "0": key planes gathered whole every pass
+KEPT_PLANES_SHARE = 0.5  # kept key planes may take this share of the device's free memory
 # pass sizes: a root plus 0, 1, 2, 4, ..., 128 draft nodes (node_budget 64 -> 65)
 BUCKETS = (1, 2, 3, 5, 9, 17, 33, 65, 129)
 
@@ -102,8 +105,11 @@ class _Bucket:
     out: torch.Tensor | None = None  # [b, H] final hidden states of the last run
     hidden: torch.Tensor | None = None  # [b, H] the hooked layer's states, or None
     graph: Any = None  # torch.cuda.CUDAGraph once captured
-    gather: torch.Tensor | None = None  # [b, s] int64: with planes, row i's key order
-    seen: torch.Tensor | None = None  # [b, 1, 1, s] additive mask over those keys
+    seen: torch.Tensor | None = None  # [b, 1, 1, s] key planes: row i's mask over its plane
+    gather: torch.Tensor | None = None  # [b, s] int64: planes gathered whole, row i's keys
+    src: torch.Tensor | None = None  # [b, 2b] int64: kept planes, the cache rows each copies
+    dst: torch.Tensor | None = None  # [2b] int64: ... into these rows of every plane
+    kept: KeyPlanes | None = None  # the kept planes (KeyPlanes), or None: gathered
     grouped: torch.Tensor | None = None  # [1, 1, G * b, s]: grouped heads, the mask per head
 
 
@@ -140,7 +146,7 @@ def static_attention(
     any other call."""
     buf = None if attention_mask is None else _PASSES.get(attention_mask.data_ptr())
     if buf is not None and query.shape[0] == 1:
-        if buf.gather is not None:
+        if buf.seen is not None:
             return planes_attention(buf, (query, key, value), scaling), None
         if buf.grouped is not None:
             return grouped_attention(buf, (query, key, value), scaling), None
@@ -176,20 +182,108 @@ def planes_attention(buf: _Bucket, qkv: tuple[torch.Tensor, ...], scaling: Any) 
     item per row. A row's attention then has the very inputs of a single-token step at its
     position, so a branch node's row is exact too where the kernel computes each batch item
     independently of the others (torch's CPU kernel does not always: docs/design.md).
-    Shapes as :func:`static_attention`'s (``qkv``: its query, key and value)."""
-    assert buf.gather is not None
+    The planes are kept from pass to pass (:class:`KeyPlanes`: only the pass's rows are
+    copied) or, without them, gathered whole from the cache. Shapes as
+    :func:`static_attention`'s (``qkv``: its query, key and value)."""
+    assert buf.seen is not None
     query, key, value = qkv
     b, heads, kv, d = query.shape[2], query.shape[1], key.shape[1], query.shape[3]
     # a key head's query heads as its query rows ([b, KV, H / KV, d]; transformers' grouping:
     # head h reads key head h // (H / KV)): no enable_gqa, which with a mask sends torch to
     # its math backend and a copy of the keys per query head
     q = query[0].transpose(0, 1).reshape(b, kv, heads // kv, d)
-    k = key[0].transpose(0, 1)[buf.gather].transpose(1, 2)  # [b, KV, s, d]
-    v = value[0].transpose(0, 1)[buf.gather].transpose(1, 2)
+    if buf.kept is not None:
+        k, v = buf.kept.planes(buf, key, value)
+    else:
+        assert buf.gather is not None
+        k = key[0].transpose(0, 1)[buf.gather].transpose(1, 2)  # [b, KV, s, d]
+        v = value[0].transpose(0, 1)[buf.gather].transpose(1, 2)
     out = torch.nn.functional.scaled_dot_product_attention(
         q, k, v, attn_mask=buf.seen, scale=scaling
     )  # [b, KV, H / KV, d]
     return out.reshape(b, heads, d).unsqueeze(0)
+
+
+class KeyPlanes:
+    """Key planes kept from pass to pass, so a pass copies its own rows only.
+
+    Gathered whole, row ``i``'s plane is a copy of every key it attends: ``b x s`` rows a
+    layer and pass (at 80 rows and a 1,024-row span ~84 MB a layer for coder-1.5b, written
+    and read again, before the attention reads it). But a plane is the cache's prefix
+    followed by the row's ancestors, and the prefix changes only where the cache does (the
+    rows a pass accepted, at most ``b``). So here each layer keeps ``b`` planes ``[b, KV,
+    capacity, d]`` (keys and values) and a pass writes ``2b`` rows of each, inside the
+    captured forward: the ``b`` cache rows before the pass's (a window that holds every row
+    accepted since the last pass, copied to every plane) and the pass's own ``b`` rows in the
+    row's order (its ancestors first, as :func:`planes_attention` gathered them). Cache rows
+    changed further back (a new generation in the workspace, an eager pass) are copied before
+    the pass (:meth:`sync`, from :attr:`GrowingLayer.low`). The rows a row sees are the
+    gathered plane's bit for bit; the rows it does not see hold older finite keys where the
+    gathered plane had others, all masked, and a masked key adds an exact zero (key spans'
+    argument). For one pass shape (``uniform``); costs ``b`` times the cache's memory, so it
+    is used where that fits :data:`KEPT_PLANES_SHARE` of the free memory
+    (:meth:`fits`; ``ADAPLD_KEPT_PLANES=0``: gathered, a measurement's other arm)."""
+
+    def __init__(self, layers: list[Any], rows: int) -> None:
+        self.rows = rows  # b: the pass shape, one plane per row
+        self.k = [layer._k.new_zeros((rows, *layer._k.shape[1:])) for layer in layers]
+        self.v = [layer._v.new_zeros((rows, *layer._v.shape[1:])) for layer in layers]
+        self._layer = {layer._k.data_ptr(): i for i, layer in enumerate(layers)}
+        for layer in layers:  # every plane is zeros: copy all the cache's rows first
+            layer.low = 0
+
+    @staticmethod
+    def fits(layers: list[Any], rows: int, device: Any) -> bool:
+        """Whether planes of ``rows`` rows over ``layers`` may be kept (module constants)."""
+        if os.environ.get(ENV_KEPT_PLANES, "1") == "0":
+            return False
+        need = rows * sum(layer._k.nbytes + layer._v.nbytes for layer in layers)
+        return need <= KEPT_PLANES_SHARE * _free_bytes(device)
+
+    def sync(self, layers: list[Any], length: int) -> None:
+        """Before a pass at ``length``: copy the cache rows that changed since a pass last read
+        them and that the pass's own window (the ``b`` rows before ``length``) will not."""
+        lo = min(layer.low for layer in layers)
+        if lo < length - self.rows:
+            for layer, k, v in zip(layers, self.k, self.v, strict=True):
+                k[:, :, lo:length] = layer._k[:, :, lo:length]  # [1, ...] to every plane
+                v[:, :, lo:length] = layer._v[:, :, lo:length]
+        for layer in layers:  # the pass reads rows up to here; it and keep write past them
+            layer.low = length
+
+    def fill(self, buf: _Bucket, order: torch.Tensor, length: int) -> None:
+        """A pass's row indices (device work): every plane copies the window ``length - b ..
+        length - 1`` (clamped at row 0) of the cache, then plane ``i`` copies the pass's rows
+        in ``order[i]`` (``[b, b]``: its ancestors and itself first) to ``length ..``."""
+        assert buf.src is not None and buf.dst is not None
+        b = self.rows
+        window = (buf.slots - b).clamp_(min=0)  # [b]: length - b .. length - 1
+        buf.dst[:b] = window
+        buf.dst[b:] = buf.slots
+        buf.src[:, :b] = window
+        buf.src[:, b:] = order + length
+
+    def planes(
+        self, buf: _Bucket, key: torch.Tensor, value: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Write the pass's rows into the planes of ``key``'s layer (the cache's first ``s``
+        rows, ``[1, KV, s, d]``, the pass's written) and return them, ``[b, KV, s, d]``."""
+        assert buf.src is not None and buf.dst is not None
+        i, s = self._layer[key.data_ptr()], key.shape[2]
+        for plane, new in ((self.k[i], key), (self.v[i], value)):
+            rows = new[0].index_select(1, buf.src.flatten())  # [KV, b * 2b, d]
+            plane.index_copy_(2, buf.dst, rows.unflatten(1, buf.src.shape).transpose(0, 1))
+        return self.k[i][:, :, :s], self.v[i][:, :, :s]
+
+
+def _free_bytes(device: Any) -> int:
+    """Free memory on ``device`` (a CPU: the machine's available memory)."""
+    if torch.device(device).type == "cuda":
+        return torch.cuda.mem_get_info(device)[0]
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError):  # no such figure here: keep nothing
+        return 0
 
 
 def captured_attention() -> Any:
@@ -260,6 +354,9 @@ class StaticPasses:
         self.capture = capture
         self.capacity = min(layer.capacity for layer in layers)
         self._cols = torch.arange(self.capacity, device=device)  # key rows (key planes)
+        self.kept: KeyPlanes | None = None  # key planes kept between passes (one shape)
+        if planes and len(shapes) == 1 and KeyPlanes.fits(layers, shapes[0], device):
+            self.kept = KeyPlanes(layers, shapes[0])
         self._ptrs = self._pointers()
         self._buckets: dict[tuple[int, int], _Bucket] = {}  # (rows, span) -> its buffers
         self._pool: Any = None
@@ -304,8 +401,12 @@ class StaticPasses:
                 mask=rows[..., :s],
             )
             if self.planes:
-                buf.gather = torch.zeros((b, s), **i64)
                 buf.seen = torch.zeros((b, 1, 1, s), dtype=self.dtype, device=self.device)
+                if self.kept is not None:
+                    buf.kept = self.kept
+                    buf.src, buf.dst = torch.zeros((b, 2 * b), **i64), torch.zeros(2 * b, **i64)
+                else:
+                    buf.gather = torch.zeros((b, s), **i64)
             elif self.groups:
                 grouped = torch.empty(
                     (1, 1, self.groups * b, width), dtype=self.dtype, device=self.device
@@ -328,6 +429,8 @@ class StaticPasses:
         assert b is not None and self.fits(n) and self.valid
         length = self.layers[0].get_seq_length()
         buf = self._bucket(b, key_span(length, b, self.span, self.capacity))
+        if self.kept is not None:
+            self.kept.sync(self.layers, length)
         self._fill(buf, ids, parents, depths, length)
         self.runs += 1
         if buf.graph is not None:
@@ -379,7 +482,7 @@ class StaticPasses:
         mask[:, :length] = 0
         see = dev[3:] != 0  # [b, b] on the device
         mask[:, length : length + b].masked_fill_(see, 0)
-        if buf.gather is not None:
+        if buf.seen is not None:
             self._fill_planes(buf, see, length)
         if buf.grouped is not None:  # the mask once per query head of a key head
             buf.grouped[0, 0].unflatten(0, (self.groups, b)).copy_(mask.expand(self.groups, -1, -1))
@@ -389,12 +492,16 @@ class StaticPasses:
         drafter's depth-first order puts an ancestor before its descendants, so ascending
         rows are ascending depths) at rows ``length ..``, visible up to its own position.
         ``see [b, b]`` on the device; all of it device work (no copy from the host)."""
-        assert buf.gather is not None and buf.seen is not None
+        assert buf.seen is not None
         b = see.shape[0]
         cols = self._cols[: buf.span]  # [s]
         order = torch.where(see, cols[:b], b + cols[:b]).argsort(dim=1)  # [b, b]: seen first
-        buf.gather.copy_(cols.expand(b, -1))
-        buf.gather[:, length : length + b] = length + order
+        if buf.kept is not None:
+            buf.kept.fill(buf, order, length)
+        else:
+            assert buf.gather is not None
+            buf.gather.copy_(cols.expand(b, -1))
+            buf.gather[:, length : length + b] = length + order
         visible = cols <= buf.pos[0][:, None]  # [b, s]: up to the row's position
         seen = buf.seen[:, 0, 0]
         seen.fill_(torch.finfo(self.dtype).min)

@@ -16,7 +16,10 @@ the 1.5B model), and compacting a draft tree to its accepted path copies it agai
   :attr:`GrowingLayer.span` rows), so a pass has the same shapes whatever the length (what a
   CUDA graph needs); the caller then sets the length.
   :meth:`GrowingLayer.clear_tail` zeroes the rows past the length first, so rows never
-  written hold finite values under the mask.
+  written hold finite values under the mask;
+- :attr:`GrowingLayer.low` is the first row that may have changed since a static pass last
+  read the cache (rows appended, compacted or a new generation's), so that copies kept of
+  it (key planes, :class:`adapld_cli.engine.graphs.KeyPlanes`) refresh only those.
 
 The values are the same bits a ``DynamicLayer`` would hold, so the forward computes the same
 results; only where they live changes. :func:`new_cache` builds a ``DynamicCache`` of these
@@ -43,6 +46,9 @@ class GrowingLayer(DynamicLayer):
         self._len = 0
         self.slots: torch.Tensor | None = None  # [n] int64 rows a static pass writes
         self.span: int | None = None  # ... and the rows it attends (None: all)
+        # rows from here on may differ from what a static pass last saw (the caller of
+        # static passes moves it up: KeyPlanes.sync)
+        self.low = 0
 
     def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
         self.device = key_states.device
@@ -50,6 +56,7 @@ class GrowingLayer(DynamicLayer):
         self._k = key_states.new_empty((b, h, self._capacity, d))
         self._v = value_states.new_empty((b, h, self._capacity, value_states.shape[-1]))
         self._len = 0
+        self.low = 0
         self.is_initialized = True
         self._views()
 
@@ -89,6 +96,7 @@ class GrowingLayer(DynamicLayer):
             return self._k[:, :, : self.span], self._v[:, :, : self.span]
         n = key_states.shape[2]
         self.reserve(self._len + n)
+        self.low = min(self.low, self._len)
         self._k[:, :, self._len : self._len + n] = key_states
         self._v[:, :, self._len : self._len + n] = value_states
         self._len += n
@@ -130,6 +138,7 @@ class GrowingLayer(DynamicLayer):
             return
         assert self._k is not None and self._v is not None
         end = prefix_len + rows.numel()
+        self.low = min(self.low, prefix_len)
         for buf in (self._k, self._v):
             buf[:, :, prefix_len:end] = buf.index_select(2, rows)
         self._len = end
@@ -137,6 +146,7 @@ class GrowingLayer(DynamicLayer):
 
     def reset(self) -> None:
         self._len = 0
+        self.low = 0
         if self.is_initialized:
             self._views()
 

@@ -140,7 +140,7 @@ def test_host_data_reaches_the_device_without_a_wait(model, passes):
     if passes == "eager":
         assert copies["to_device:_run"] >= stats.forward_passes  # ids (and tree positions)
     else:
-        assert copies["to_device:_fill"] == stats.forward_passes  # one copy a pass
+        assert copies["to_device:_stage"] == stats.forward_passes  # one copy a pass
         assert copies["to_device:_run"] == 1  # the prefill's one chunk only
     assert copies["to_device:_decode"] == stats.forward_passes  # the accepted rows
 
@@ -153,3 +153,83 @@ def test_cpu_defaults_read_only_for_lookups(model):
     assert tokens == ref and stats.accepted_draft_tokens > 20
     assert sites["argmax"] == stats.forward_passes
     assert sites["topk_rows"] >= 1 and set(sites) <= {"argmax", "topk_rows", "_choose"}, sites
+
+
+class Writes(TorchFunctionMode):
+    """Counts in-place writes (by function name) into the device buffers of the static passes
+    :attr:`static` (the cache, kept key planes, every bucket's buffers) made while
+    :attr:`on` is set."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.on = False
+        self.static = None
+        self.writes: Counter[str] = Counter()
+
+    def _buffers(self) -> set[int]:
+        from dataclasses import fields
+
+        from adapld_cli.engine.graphs import _Bucket
+
+        static = self.static
+        layers = [t for layer in static.layers for t in (layer._k, layer._v)]
+        kept = [] if static.kept is None else static.kept.k + static.kept.v
+        held = [getattr(b, f.name) for b in static._buckets.values() for f in fields(_Bucket)]
+        tensors = [t for t in layers + kept + held if isinstance(t, torch.Tensor)]
+        return {t.untyped_storage().data_ptr() for t in tensors}
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        name = getattr(func, "__name__", "")
+        inplace = name == "__setitem__" or (name.endswith("_") and not name.startswith("_"))
+        if self.on and inplace and isinstance(args[0], torch.Tensor):
+            self.on = False  # (the check's own calls)
+            if args[0].untyped_storage().data_ptr() in self._buffers():
+                self.writes[name] += 1
+            self.on = True
+        return func(*args, **kwargs or {})
+
+
+def test_a_static_pass_fills_its_buffers_inside_the_forward(model, monkeypatch):
+    """On a GPU only what the forward does is in a captured graph, and everything else a
+    pass launches costs the host a launch before the replay. Outside its forward a static
+    pass writes one device buffer, once: its staged inputs (the one copy from the host);
+    the masks, the key planes' indices and the planes themselves are filled inside it (the
+    planes' catch-up of rows changed behind them aside: ``KeyPlanes.sync``, once a prompt
+    here)."""
+    from adapld_cli.engine.graphs import KeyPlanes, StaticPasses
+
+    mode = Writes()
+    run, inner, sync = StaticPasses.run, StaticPasses._run, KeyPlanes.sync
+    passes = [0]
+
+    def watch(self, *args, **kwargs):
+        mode.static = self
+        passes[0] += 1
+        mode.on = True
+        try:
+            return run(self, *args, **kwargs)
+        finally:
+            mode.on = False
+
+    def off(method):
+        def call(self, *args, **kwargs):
+            on, mode.on = mode.on, False
+            try:
+                return method(self, *args, **kwargs)
+            finally:
+                mode.on = on
+
+        return call
+
+    monkeypatch.setattr(StaticPasses, "run", watch)
+    monkeypatch.setattr(StaticPasses, "_run", off(inner))
+    monkeypatch.setattr(KeyPlanes, "sync", off(sync))
+    settings = AdaPLDSettings(**CUDA_LIKE, uniform=True, planes=True, span=64)
+    with one_thread(), mode:
+        out = list(stream(model, _prompt(), GenerationConfig(max_new_tokens=80), "adapld",
+                          settings=settings))  # fmt: skip
+    stats = out[-1].stats
+    assert stats.accepted_draft_tokens > 20 and passes[0] == stats.forward_passes
+    assert mode.static.kept is not None and len(mode.static._buckets) > 1  # spans of 64
+    # the one write outside the forward: the staged copy
+    assert mode.writes == {"copy_": stats.forward_passes}, mode.writes

@@ -6,8 +6,9 @@ A graph fixes every shape and address, so a pass over ``n`` tree nodes runs here
 over ``b`` rows, the smallest bucket of :data:`BUCKETS` that holds ``n``, against the whole
 preallocated KV cache:
 
-- inputs live in per-bucket buffers (token ids, positions, the cache rows written, a 4D
-  additive mask ``[1, 1, b, capacity]``) filled before each run, on the device;
+- inputs live in per-bucket buffers (token ids, positions, the cache rows written and the
+  tree, one copy from the host a pass) from which the forward itself (so the graph, on
+  replay) fills a 4D additive mask ``[1, 1, b, capacity]`` on the device;
 - node ``i`` is written at cache row ``length + i`` (as an eager pass writes it) and sees the
   cached prefix, its ancestors and itself; padding rows ``n .. b-1`` carry a copy of the
   first token at the root's position and see the prefix and themselves only, so no real row
@@ -96,9 +97,11 @@ def key_span(length: int, rows: int, step: int, capacity: int) -> int:
 
 @dataclass
 class _Bucket:
-    ids: torch.Tensor  # [1, b] int64 token ids
-    pos: torch.Tensor  # [1, b] int64 positions
-    slots: torch.Tensor  # [b] int64 cache rows written
+    staged: torch.Tensor  # [3 + b, b] int64: the pass's one copy from the host (rows below)
+    ids: torch.Tensor  # [1, b] int64 token ids (staged row 0)
+    pos: torch.Tensor  # [1, b] int64 positions (row 1)
+    slots: torch.Tensor  # [b] int64 cache rows written (row 2; the first is the length)
+    see: torch.Tensor  # [b, b] int64: row i sees tree row j (rows 3 ..)
     span: int  # s: the keys the pass attends (the cache's first s rows)
     rows: torch.Tensor  # [1, 1, b, s rounded up to 16] additive mask storage
     mask: torch.Tensor  # [1, 1, b, s] a view of it, made anew for every pass
@@ -251,10 +254,11 @@ class KeyPlanes:
         for layer in layers:  # the pass reads rows up to here; it and keep write past them
             layer.low = length
 
-    def fill(self, buf: _Bucket, order: torch.Tensor, length: int) -> None:
+    def fill(self, buf: _Bucket, order: torch.Tensor, length: torch.Tensor) -> None:
         """A pass's row indices (device work): every plane copies the window ``length - b ..
         length - 1`` (clamped at row 0) of the cache, then plane ``i`` copies the pass's rows
-        in ``order[i]`` (``[b, b]``: its ancestors and itself first) to ``length ..``."""
+        in ``order[i]`` (``[b, b]``: its ancestors and itself first) to ``length ..``
+        (``length``: ``[1]`` on the device)."""
         assert buf.src is not None and buf.dst is not None
         b = self.rows
         window = (buf.slots - b).clamp_(min=0)  # [b]: length - b .. length - 1
@@ -391,10 +395,13 @@ class StaticPasses:
             i64 = dict(dtype=torch.int64, device=self.device)
             width = -(-s // 16) * 16
             rows = torch.empty((1, 1, b, width), dtype=self.dtype, device=self.device)
+            staged = torch.zeros((3 + b, b), **i64)
             buf = _Bucket(
-                ids=torch.zeros((1, b), **i64),
-                pos=torch.zeros((1, b), **i64),
-                slots=torch.zeros(b, **i64),
+                staged=staged,
+                ids=staged[0:1],
+                pos=staged[1:2],
+                slots=staged[2],
+                see=staged[3:],
                 span=s,
                 # rows 16-aligned (what fused attention kernels want of a mask), cut to width
                 rows=rows,
@@ -431,7 +438,11 @@ class StaticPasses:
         buf = self._bucket(b, key_span(length, b, self.span, self.capacity))
         if self.kept is not None:
             self.kept.sync(self.layers, length)
-        self._fill(buf, ids, parents, depths, length)
+        self._stage(buf, ids, parents, depths, length)
+        # a new view object of the same memory each pass: what a graph reads is unchanged, and
+        # whatever keys derived data on the mask object (the exact kernels' per-pass attention
+        # plan) sees a new mask
+        buf.mask = buf.rows[..., : buf.span]
         self.runs += 1
         if buf.graph is not None:
             buf.graph.replay()
@@ -445,7 +456,7 @@ class StaticPasses:
         assert buf.out is not None
         return buf.out, buf.hidden
 
-    def _fill(
+    def _stage(
         self,
         buf: _Bucket,
         ids: list[int],
@@ -453,6 +464,10 @@ class StaticPasses:
         depths: list[int] | None,
         length: int,
     ) -> None:
+        """The pass's inputs onto the device in one copy into :attr:`_Bucket.staged`, queued
+        (no wait for the GPU): ids, positions, the cache rows written and the tree (padding
+        rows repeat the first token at the root's position and see only themselves). All
+        the rest is :meth:`_fill`'s, inside the captured forward."""
         n, b = len(ids), buf.ids.shape[1]
         depth = list(range(n)) if depths is None else list(depths)
         see = torch.eye(b, dtype=torch.int64)  # see[i, j]: row i sees tree row j
@@ -468,30 +483,34 @@ class StaticPasses:
                 ),
                 see,
             ]
-        )  # [3 + b, b]: ids, positions, slots, then the rows each row sees
-        dev = to_device(host, self.device)  # one copy, queued (no wait for the GPU)
-        buf.ids.copy_(dev[0:1])
-        buf.pos.copy_(dev[1:2])
-        buf.slots.copy_(dev[2])
-        # a new view object of the same memory each pass: what a graph reads is unchanged, and
-        # whatever keys derived data on the mask object (the exact kernels' per-pass attention
-        # plan) sees a new mask
-        buf.mask = buf.rows[..., : buf.span]
+        )  # [3 + b, b]
+        to_device(host, self.device, out=buf.staged)
+
+    def _fill(self, buf: _Bucket) -> None:
+        """The pass's masks (and key planes' indices) from its staged inputs, all of it work
+        on the device with the cache's length read there (``slots[0]``), so a captured
+        graph does it on replay and the host launches nothing but the copy and the replay:
+        row ``i`` sees the cached prefix and the tree rows ``see[i]`` at ``length ..``."""
+        b = buf.ids.shape[1]
+        length = buf.slots[:1]  # [1] on the device
+        cols = self._cols[: buf.span]  # [s]
+        see = buf.see != 0  # [b, b]
+        low = torch.finfo(self.dtype).min
         mask = buf.mask[0, 0]  # [b, s]
-        mask.fill_(torch.finfo(self.dtype).min)
-        mask[:, :length] = 0
-        see = dev[3:] != 0  # [b, b] on the device
-        mask[:, length : length + b].masked_fill_(see, 0)
+        mask.fill_(low)
+        mask.masked_fill_(cols < length, 0)
+        block = torch.full((b, b), low, dtype=self.dtype, device=self.device)
+        mask.scatter_(1, buf.slots.expand(b, -1), block.masked_fill_(see, 0))
         if buf.seen is not None:
             self._fill_planes(buf, see, length)
         if buf.grouped is not None:  # the mask once per query head of a key head
             buf.grouped[0, 0].unflatten(0, (self.groups, b)).copy_(mask.expand(self.groups, -1, -1))
 
-    def _fill_planes(self, buf: _Bucket, see: torch.Tensor, length: int) -> None:
+    def _fill_planes(self, buf: _Bucket, see: torch.Tensor, length: torch.Tensor) -> None:
         """Row ``i``'s key plane: the prefix, then its ancestors and itself in tree order (the
         drafter's depth-first order puts an ancestor before its descendants, so ascending
         rows are ascending depths) at rows ``length ..``, visible up to its own position.
-        ``see [b, b]`` on the device; all of it device work (no copy from the host)."""
+        ``see [b, b]`` and ``length [1]`` on the device; all of it device work."""
         assert buf.seen is not None
         b = see.shape[0]
         cols = self._cols[: buf.span]  # [s]
@@ -501,13 +520,14 @@ class StaticPasses:
         else:
             assert buf.gather is not None
             buf.gather.copy_(cols.expand(b, -1))
-            buf.gather[:, length : length + b] = length + order
+            buf.gather.scatter_(1, buf.slots.expand(b, -1), order + length)
         visible = cols <= buf.pos[0][:, None]  # [b, s]: up to the row's position
         seen = buf.seen[:, 0, 0]
         seen.fill_(torch.finfo(self.dtype).min)
         seen.masked_fill_(visible, 0)
 
     def _run(self, buf: _Bucket) -> tuple[torch.Tensor, torch.Tensor | None]:
+        self._fill(buf)
         for layer in self.layers:
             layer.slots, layer.span = buf.slots, buf.span
         config = self.config

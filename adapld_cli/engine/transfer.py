@@ -17,11 +17,21 @@ from typing import Any
 import torch
 
 
-def to_device(data: torch.Tensor | Sequence[Any], device: Any, dtype: Any = torch.int64) -> Any:
+def to_device(
+    data: torch.Tensor | Sequence[Any],
+    device: Any,
+    dtype: Any = torch.int64,
+    out: torch.Tensor | None = None,
+) -> Any:
     """``data`` (a host tensor or nested lists) as a ``dtype`` tensor on ``device``; on CUDA
-    through pinned memory, queued without a host-device sync (module docstring)."""
+    through pinned memory, queued without a host-device sync (module docstring). ``out``: a
+    device tensor of the same shape to copy into instead (a static pass's fixed input
+    buffer), returned."""
     host = data if isinstance(data, torch.Tensor) else torch.tensor(data, dtype=dtype)
-    host = host.to(dtype)
-    if torch.device(device).type != "cuda":
+    host = host.to(out.dtype if out is not None else dtype)
+    cuda = torch.device(device).type == "cuda"
+    if out is not None:
+        return out.copy_(host.pin_memory() if cuda else host.to(device), non_blocking=cuda)
+    if not cuda:
         return host.to(device)
     return host.pin_memory().to(device, non_blocking=True)

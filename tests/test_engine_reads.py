@@ -129,9 +129,20 @@ def test_a_pass_reads_the_device_once(model, passes):
 
 
 @pytest.mark.parametrize("passes", ["eager", "static", "uniform"])
-def test_host_data_reaches_the_device_without_a_wait(model, passes):
+def test_host_data_reaches_the_device_without_a_wait(model, passes, monkeypatch):
     """Every copy of host data onto the device goes through ``to_device`` (queued, no sync
-    on a GPU); a static pass's inputs (ids, positions, slots, the tree) are one copy."""
+    on a GPU); a static pass's inputs (ids, positions, slots, the tree) are one copy; the
+    accepted rows go over only when a step accepted a branch (else they are the pass's
+    first rows: the cache is cut, the record slices)."""
+    from adapld_cli.engine.adapter import ModelRunner
+
+    keep, branched = ModelRunner.keep, []
+
+    def counted(self, prefix_len, idx, rows=None):
+        branched.append(idx != list(range(len(idx))))
+        return keep(self, prefix_len, idx, rows)
+
+    monkeypatch.setattr(ModelRunner, "keep", counted)
     extra = {"graphs": passes == "static", "uniform": passes == "uniform",
              "planes": passes == "uniform", "span": 64}  # fmt: skip
     tokens, stats, _ = _run(model, "adapld", AdaPLDSettings(**CUDA_LIKE, **extra))
@@ -142,7 +153,8 @@ def test_host_data_reaches_the_device_without_a_wait(model, passes):
     else:
         assert copies["to_device:_stage"] == stats.forward_passes  # one copy a pass
         assert copies["to_device:_run"] == 1  # the prefill's one chunk only
-    assert copies["to_device:_decode"] == stats.forward_passes  # the accepted rows
+    assert len(branched) == stats.forward_passes and sum(branched) < len(branched)
+    assert copies["to_device:_decode"] == sum(branched), copies  # the accepted rows
 
 
 def test_cpu_defaults_read_only_for_lookups(model):

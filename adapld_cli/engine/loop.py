@@ -202,13 +202,15 @@ def _decode(
         stats.pass_s += pass_s
 
         with _phase("record"):
-            rows = to_device(path, runner.device)  # one copy: compaction and record share it
-            runner.keep(root_pos, path, rows)
-            ctx.record(
-                root_pos,
-                None if out.hidden is None else out.hidden.index_select(0, rows),
-                out.logits.topk(path, pass_topk) if pass_topk else None,
-            )
+            hidden = out.hidden
+            if path == list(range(len(path))):  # the pass's first rows: the cache is cut
+                runner.keep(root_pos, path)
+                hidden = None if hidden is None else hidden[: len(path)]
+            else:  # a branch: one copy, shared by the cache's compaction and the record
+                rows = to_device(path, runner.device)
+                runner.keep(root_pos, path, rows)
+                hidden = None if hidden is None else hidden.index_select(0, rows)
+            ctx.record(root_pos, hidden, out.logits.topk(path, pass_topk) if pass_topk else None)
         new = [tree.tokens[i] for i in path[1:]] + [bonus]
         sources = [tree.sources[i] for i in path[1:]] + [Source.MODEL]
         ctx.tokens.extend(new)

@@ -15,7 +15,10 @@ self device time and by self CPU time, and the host-device synchronisations and 
 event (``cudaStreamSynchronize``, ``cudaMemcpyAsync`` ...), and the host time per event of
 each phase of a step (the engine's ``adapld.draft`` / ``verify`` / ``accept`` / ``record`` /
 ``feedback`` ranges, ``loop.PROFILE_PHASES``: on a GPU a phase's time includes its waits for
-the device). A Chrome trace of each goes to
+the device), and what an event is made of: device milliseconds and kernels per event by kind
+(attention, products, copies, reductions, elementwise, other: :data:`KINDS`; the kernels of
+replayed graphs included; a pass whose kernels are many and small is launch-bound even in a
+graph, a few microseconds each). A Chrome trace of each goes to
 ``--out`` (open in Perfetto). The same script runs on a CPU (``tests/test_docs_scripts.py``
 runs it on a tiny model), so it is ready before a device is lent.
 """
@@ -24,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import statistics
 import sys
 import time
@@ -31,6 +35,20 @@ from pathlib import Path
 from typing import Any
 
 SYNC_OPS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaMemcpyAsync", "cudaMemcpy")
+# what a pass is made of: kernel (or, on a CPU, aten op) names by kind, the first match wins
+KINDS = (
+    ("attention", re.compile(r"fmha|flash|attention|cudnn|sdpa|softmax")),
+    (
+        "products",
+        re.compile(r"gemm|gemv|cutlass|cublas|xmma|nvjet|matmul|aten::(mm|addmm|bmm|linear)$"),
+    ),
+    (
+        "copies",
+        re.compile(r"memcpy|memset|index|gather|scatter|copy|cat_|aten::(cat|where|clone)$"),
+    ),
+    ("reductions", re.compile(r"reduce|norm|argmax|topk|sort|mean|aten::(sum|max)$")),
+    ("elementwise", re.compile(r"elementwise|vectorized|unrolled|pointwise|aten::")),
+)
 # --modes: the settings each runs with (AdaPLDSettings fields), and the suffix of its name
 MODES = {"graphs": {"graphs": True}, "buckets": {"graphs": True, "uniform": False},
          "chains": {"graphs": True, "planes": False, "semantic": False, "branches": False},
@@ -108,6 +126,7 @@ def profile_method(
         if e.key.startswith("adapld.")
     }
     device_key = "self_cuda_time_total" if cuda else "self_cpu_time_total"
+    mix = kernel_mix(averages, cuda, n)
     if trace is not None and times:
         prof.export_chrome_trace(str(trace))
     return {
@@ -120,7 +139,36 @@ def profile_method(
         "cpu_table": averages.table(sort_by="self_cpu_time_total", row_limit=rows),
         "syncs_per_event": syncs,
         "phase_ms": phases,
+        "kernel_mix": mix,
     }
+
+
+def kind(name: str) -> str:
+    """The kind of a kernel (or aten op) by its name (:data:`KINDS`), else ``other``."""
+    low = name.lower()
+    return next((k for k, pattern in KINDS if pattern.search(low)), "other")
+
+
+def kernel_mix(averages: Any, cuda: bool, events: int) -> dict[str, dict[str, float]]:
+    """Per kind of kernel: device milliseconds and kernels per event (on a GPU the entries
+    with device time of their own, i.e. the kernels and copies, captured graphs' included;
+    on a CPU the leaf aten ops by self CPU time), and ``all``."""
+    mix: dict[str, dict[str, float]] = {}
+    for e in averages:
+        us = e.self_device_time_total if cuda else e.self_cpu_time_total
+        leaf = cuda or (e.key.startswith("aten::") and e.self_cpu_time_total > 0)
+        if (
+            us <= 0
+            or not leaf
+            or e.key.startswith("adapld.")
+            or (cuda and e.key.startswith("aten::"))
+        ):
+            continue
+        for k in (kind(e.key), "all"):
+            row = mix.setdefault(k, {"ms": 0.0, "kernels": 0.0})
+            row["ms"] += us / 1e3 / events
+            row["kernels"] += e.count / events
+    return {k: {f: round(v, 3) for f, v in row.items()} for k, row in mix.items()}
 
 
 def report(result: dict[str, Any]) -> str:
@@ -129,7 +177,8 @@ def report(result: dict[str, Any]) -> str:
         f"== {result['method']}: {result['events']} events, {result['tokens']} tokens, "
         f"median {result['event_ms']:.2f} ms an event; host-device syncs and copies per "
         f"event: {json.dumps(result['syncs_per_event'])}; host ms per event by phase: "
-        f"{json.dumps(result['phase_ms'])}"
+        f"{json.dumps(result['phase_ms'])}; device ms and kernels per event by kind: "
+        f"{json.dumps(result['kernel_mix'])}"
     )
     return "\n".join(
         [head, "-- by self device time", result["device_table"], "-- by self CPU time",

@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
+import pytest
 import torch
 
 from tests.tiny_models import one_thread, random_prompt, tiny_model
@@ -36,6 +37,13 @@ def test_gpu_profile_profiles_ar_steps_and_adapld_passes(tmp_path):
     assert ar["syncs_per_event"] == {}  # no CUDA here
     assert set(ad["phase_ms"]) == {"draft", "verify", "accept", "record", "feedback"}
     assert all(ms > 0 for ms in ad["phase_ms"].values()) and "by phase" in text
+    mix = ad["kernel_mix"]  # on a CPU: leaf aten ops by kind
+    assert mix["all"]["kernels"] > 0 and mix["products"]["ms"] > 0 and "by kind" in text
+    assert sum(mix[k]["ms"] for k in mix if k != "all") == pytest.approx(mix["all"]["ms"], 0.01)
+    assert gpu_profile.kind("void cutlass::Kernel2<cutlass_80_tensorop_bf16_gemm>") == "products"
+    assert gpu_profile.kind("fmha_cutlassF_bf16_aligned_64x64_rf_sm80") == "attention"
+    assert gpu_profile.kind("void at::native::index_elementwise_kernel<128, 4>") == "copies"
+    assert gpu_profile.kind("void at::native::vectorized_elementwise_kernel<4>") == "elementwise"
     from adapld_cli.engine import loop
 
     assert loop.PROFILE_PHASES is False  # off again after profiling

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from adapld_cli.model import kernels, lean
+from adapld_cli.model import fused, kernels, lean
 from adapld_cli.model.assemble import (
     assemble,
     find_embedded_part,
@@ -517,7 +517,9 @@ def load(
     if folder is not None and not quantized:  # a quantized cache's was put in by _finish_quantized
         restore_packed(model, folder)
     model.eval()
-    tune_attention(next(model.parameters()).device.type)  # CUDA: no cuDNN attention
+    device_type = next(model.parameters()).device.type
+    tune_attention(device_type)  # CUDA: no cuDNN attention
+    fused.fuse_norms(model, device_type)  # CUDA: one kernel an RMSNorm ($ADAPLD_FUSED_NORMS=0)
     if kernels.supported(model) is None and kernels.resolve_mode() == "exact":
         _build_kernels("auto", show)  # the native attention (shown on a first build)
     kernels.apply(model)  # prepacked, batch-invariant CPU kernels ($ADAPLD_KERNELS=stock: off)

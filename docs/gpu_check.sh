@@ -51,8 +51,8 @@
 #      verify-cost-buckets.log the cost of a pass over n = 1..64 tokens, bucketed static passes
 #      verify-cost-gathered.log the default's pass with its key planes gathered whole each
 #                              pass (ADAPLD_KEPT_PLANES=0): kept planes' saving alone
-#      verify-cost-stocknorms.log the default's pass with transformers' RMSNorm
-#                              (ADAPLD_FUSED_NORMS=0): what the fused norms save
+#      verify-cost-unfused.log the default's pass with transformers' RMSNorm and rotary
+#                              embedding (ADAPLD_FUSED=0): what the fused small ops save
 #   9. eager.json       the six edit cases, ar-eager,adapld-eager,ar-buckets: what the
 #                       graphs and the uniform shape gain
 #  10. profile/         the profiles of the chains arm (no planes, single chains), of the
@@ -171,8 +171,7 @@ elif [ "$part" = 2 ]; then
 elif [ "$part" = 3 ]; then
   step verify-cost-buckets 40 adapld bench "${model[@]}" --verify-cost --set uniform=false
   step verify-cost-gathered 40 env ADAPLD_KEPT_PLANES=0 adapld bench "${model[@]}" --verify-cost
-  step verify-cost-stocknorms 40 env ADAPLD_FUSED_NORMS=0 adapld bench "${model[@]}" \
-    --verify-cost
+  step verify-cost-unfused 40 env ADAPLD_FUSED=0 adapld bench "${model[@]}" --verify-cost
   step eager 150 adapld bench "${model[@]}" "${cases[@]}" \
     --methods ar-eager,adapld-eager,ar-buckets --json "$OUT/eager.json" --markdown "$OUT/eager.md"
   step profile 160 python3 docs/gpu_profile.py "${model[@]}" --modes chains,buckets,eager \

@@ -1,5 +1,6 @@
-"""Fused RMSNorm on CUDA (``adapld_cli.model.fused``): the modules it rewires, one kernel a
-norm in a static pass instead of eight, the stock numbers to the dtype's rounding, and plain
+"""Fused small ops on CUDA (``adapld_cli.model.fused``): the modules it rewires, one op a
+norm in a static pass instead of eight (the stock numbers to the dtype's rounding), the
+rotary embedding of queries and keys at once (the stock numbers bit for bit), and plain
 decoding and adapld still emitting the same tokens through the GPU's default passes
 (uniform, key planes). Run on the CPU, where torch's ``rms_norm`` is one op too; the GPU
 check measures what it saves there."""
@@ -10,12 +11,13 @@ import random
 from collections import Counter
 from dataclasses import replace
 
+import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from adapld_cli.engine import AdaPLDSettings, GenerationConfig, generate
 from adapld_cli.engine.adapter import ModelRunner
-from adapld_cli.model.fused import fuse_norms
+from adapld_cli.model.fused import fuse, fuse_norms, fuse_rope
 from tests.test_engine_lossless import SETTINGS
 from tests.tiny_models import one_thread, tiny_model
 
@@ -44,48 +46,70 @@ class Ops(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
-def test_fused_norms_rewire_the_known_norms_on_cuda_only(monkeypatch):
+@pytest.fixture(autouse=True)
+def _stock_rope(monkeypatch):
+    """The rotary function is rewired module-wide: put the stock ones back after each test."""
+    from transformers.models.llama import modeling_llama
+    from transformers.models.qwen2 import modeling_qwen2
+
+    for module in (modeling_qwen2, modeling_llama):
+        monkeypatch.setattr(module, "apply_rotary_pos_emb", module.apply_rotary_pos_emb)
+
+
+def test_fuse_rewires_norms_and_rope_on_cuda_only(monkeypatch):
     model = _model()
     layers = model.config.num_hidden_layers
-    assert fuse_norms(model, "cpu") == 0
-    monkeypatch.setenv("ADAPLD_FUSED_NORMS", "0")
-    assert fuse_norms(model, "cuda") == 0
-    monkeypatch.delenv("ADAPLD_FUSED_NORMS")
-    assert fuse_norms(model, "cuda") == 2 * layers + 1  # two a layer, the final norm
-    assert fuse_norms(model, "cuda") == 0  # once
-    assert fuse_norms(_model("llama"), "cuda") == 2 * layers + 1
-    assert fuse_norms(tiny_model("gpt2"), "cuda") == 0  # LayerNorm: not an RMSNorm
+    assert fuse(model, "cpu") == (0, 0)
+    monkeypatch.setenv("ADAPLD_FUSED", "0")
+    assert fuse(model, "cuda") == (0, 0)
+    monkeypatch.delenv("ADAPLD_FUSED")
+    assert fuse(model, "cuda") == (2 * layers + 1, 1)  # two norms a layer, the final one
+    assert fuse(model, "cuda") == (0, 0)  # once
+    assert fuse(_model("llama"), "cuda") == (2 * layers + 1, 1)
+    assert fuse(tiny_model("gpt2"), "cuda") == (0, 0)  # LayerNorm, fused qkv: not these
     norm = model.model.norm
     x = torch.randn(2, 5, 256, dtype=torch.float32)  # another dtype than the weight's
     assert torch.equal(norm(x), norm.stock_forward(x))
 
 
-def test_fused_norms_keep_the_numbers_and_plain_decoding_equal(monkeypatch):
-    """One kernel a norm in a static pass (no rsqrt); the logits of a pass are the stock
-    forward's to bfloat16 rounding; greedy ar and adapld (a full tree: branch and semantic
-    drafts) emit the same tokens through uniform passes with key planes."""
-    stock, model = _model(), _model()
-    fuse_norms(model, "cuda")
+def _pass(model, prompt: list[int]) -> tuple[torch.Tensor, Counter]:
+    """The logits of a uniform static pass (key planes) over the last 8 tokens, and the ops
+    it dispatched."""
+    runner = ModelRunner(model, hidden_layer=None, want_hidden=False, capacity=512, static=True,
+                         shapes=(80,), planes=True, span=64)  # fmt: skip
+    with one_thread():
+        runner.prefill(prompt[:-8], top_k=0)
+        ops = Ops()
+        with ops:
+            out = runner.verify(prompt[-8:], None, None).logits
+        rows = out.rows(list(range(8))).float()
+    runner.close()
+    return rows, ops.ops
+
+
+def test_fused_ops_keep_the_numbers_and_plain_decoding_equal():
+    """In a static pass: one op a norm instead of eight (no rsqrt), the logits the stock
+    forward's to bfloat16 rounding; the joint rotary embedding four ops fewer a layer, the
+    logits the stock forward's bit for bit; greedy ar and adapld (a full tree: branch and
+    semantic drafts) emit the same tokens through uniform passes with both."""
     rng = random.Random(0)
     prompt = [rng.randrange(1024) for _ in range(300)]
-    logits = []
-    for m in (stock, model):
-        runner = ModelRunner(m, hidden_layer=None, want_hidden=False, capacity=512, static=True,
-                             shapes=(80,), planes=True, span=64)  # fmt: skip
-        with one_thread():
-            runner.prefill(prompt[:-1], top_k=0)
-            ops = Ops()
-            with ops:
-                out = runner.verify(prompt[-8:], None, None).logits
-            logits.append(out.rows(list(range(8))).float())
-        runner.close()
-        norms = 2 * m.config.num_hidden_layers + 1
-        if m is model:
-            assert ops.ops["rms_norm"] == norms and ops.ops["rsqrt"] == 0
-        else:
-            assert ops.ops["rsqrt"] == norms  # teeth: the stock forward's eight ops
-    assert not torch.equal(*logits)  # other roundings ...
-    assert torch.allclose(*logits, atol=0.1, rtol=0.05)  # ... of the same numbers
+    stock, ops = _pass(_model(), prompt)
+    layers = _model().config.num_hidden_layers
+    assert ops["rsqrt"] == 2 * layers + 1  # teeth: the stock norms' eight ops
+
+    model = _model()
+    assert fuse_rope(model) == 1
+    rope, rope_ops = _pass(model, prompt)
+    assert torch.equal(rope, stock)  # the same operations on every element
+    assert ops["mul"] - rope_ops["mul"] == 2 * layers and ops["neg"] - rope_ops["neg"] == layers
+    assert ops["add"] - rope_ops["add"] == layers
+
+    assert fuse_norms(model) == 2 * layers + 1
+    both, both_ops = _pass(model, prompt)
+    assert both_ops["rms_norm"] == 2 * layers + 1 and both_ops["rsqrt"] == 0
+    assert not torch.equal(both, stock)  # other roundings ...
+    assert torch.allclose(both, stock, atol=0.1, rtol=0.05)  # ... of the same numbers
 
     cfg = GenerationConfig(max_new_tokens=48)
     settings = replace(SETTINGS["full-tree"], graphs=True, uniform=True, planes=True)

@@ -1,38 +1,52 @@
-"""Fewer kernels for a decoder's small ops on a GPU: fused RMSNorm.
+"""Fewer kernels for a decoder's small ops on a GPU: fused RMSNorm, rotary embedding of the
+queries and keys at once.
 
 Replayed as a CUDA graph, a static pass of a small model is mostly small kernels, each a
 few microseconds however little it computes (a launch inside the graph, a wave of tiny
-thread blocks): transformers' RMSNorm is eight of them (a cast to float32, square, mean,
-add, rsqrt, multiply, a cast back, the weight), twice a layer and once at the end, ~450 of
-the ~1,400 kernels of a coder-1.5b pass (counted on a CPU with a dispatch mode;
-docs/design.md, "Fused norms"). :func:`fuse_norms` gives the RMSNorm modules it recognises
-torch's own ``rms_norm`` (one fused kernel on CUDA) as their forward, in place.
+thread blocks): ~55 a layer, ~1,500 a coder-1.5b pass (counted on a CPU with a dispatch mode;
+docs/design.md, "Fused small ops"). :func:`fuse` rewires a loaded model in place:
 
-The values are not transformers' bit for bit: the fused kernel normalises and applies the
-weight in float32 and rounds once, transformers rounds the normalised states to the model's
-dtype before the weight (on this CPU a quarter of a bfloat16 norm's outputs differed by a
-unit in the last place). Plain decoding and adapld run the same forward, so they agree as
-before; the bench's transformers baselines run on the same model object, so with it too.
-On CUDA only (on a CPU the exact kernels and the lean forward keep the stock numbers);
-``ADAPLD_FUSED_NORMS=0`` keeps transformers' forward (a measurement's other arm).
+- **RMSNorm** (eight kernels: a cast to float32, square, mean, add, rsqrt, multiply, a cast
+  back, the weight; twice a layer and once at the end): the modules it recognises run
+  torch's ``rms_norm``, one fused kernel on CUDA. Not transformers' bits: the fused kernel
+  applies the weight in float32 and rounds once, transformers rounds the normalised states
+  to the model's dtype before the weight (on this CPU a quarter of a bfloat16 norm's
+  outputs differed by a unit in the last place). Plain decoding, adapld and the bench's
+  transformers baselines run the same modules, so they agree as before.
+- **Rotary embedding** (five kernels for the queries, five for the keys): the family's
+  ``apply_rotary_pos_emb`` over the queries and keys concatenated along the heads, six
+  kernels; every element is computed by the same operations, so the values are
+  transformers' bit for bit.
+
+On CUDA only (on a CPU the exact kernels and the lean forward keep the stock numbers and
+their own work); ``ADAPLD_FUSED=0`` keeps transformers' forward (a measurement's other arm).
 """
 
 from __future__ import annotations
 
+import inspect
 import os
+import sys
 import types
 from typing import Any
 
-ENV_FUSED_NORMS = "ADAPLD_FUSED_NORMS"
+ENV_FUSED = "ADAPLD_FUSED"
 # RMSNorm classes whose forward is weight * (x * rsqrt(mean(x^2) + eps)) (Gemma's 1 + weight not)
 NORMS = frozenset({"Qwen2RMSNorm", "Qwen3RMSNorm", "LlamaRMSNorm", "MistralRMSNorm"})
+ROPE_PARAMS = ["q", "k", "cos", "sin", "unsqueeze_dim"]  # transformers 5's signature
 
 
-def fuse_norms(model: Any, device_type: str) -> int:
-    """On CUDA (unless ``ADAPLD_FUSED_NORMS=0``), make every recognised RMSNorm module of
-    ``model`` run torch's fused ``rms_norm``; returns how many (0: none, or not on CUDA)."""
-    if device_type != "cuda" or os.environ.get(ENV_FUSED_NORMS, "1") == "0":
-        return 0
+def fuse(model: Any, device_type: str) -> tuple[int, int]:
+    """On CUDA (unless ``ADAPLD_FUSED=0``): :func:`fuse_norms` and :func:`fuse_rope`;
+    returns what each rewired."""
+    if device_type != "cuda" or os.environ.get(ENV_FUSED, "1") == "0":
+        return 0, 0
+    return fuse_norms(model), fuse_rope(model)
+
+
+def fuse_norms(model: Any) -> int:
+    """Make every recognised RMSNorm module of ``model`` run torch's fused ``rms_norm``
+    (where the input's dtype is the weight's); returns how many it rewired."""
     count = 0
     for module in model.modules():
         weight = getattr(module, "weight", None)
@@ -40,12 +54,12 @@ def fuse_norms(model: Any, device_type: str) -> int:
         one_dim = weight is not None and weight.dim() == 1
         if known and one_dim and "stock_forward" not in vars(module):
             module.stock_forward = module.forward
-            module.forward = types.MethodType(_fused_forward, module)
+            module.forward = types.MethodType(_fused_norm, module)
             count += 1
     return count
 
 
-def _fused_forward(self: Any, hidden_states: Any) -> Any:
+def _fused_norm(self: Any, hidden_states: Any) -> Any:
     """An RMSNorm module's forward as one ``rms_norm`` call (its own forward where the input's
     dtype is not the weight's)."""
     import torch
@@ -55,3 +69,55 @@ def _fused_forward(self: Any, hidden_states: Any) -> Any:
     return torch.nn.functional.rms_norm(
         hidden_states, self.weight.shape, self.weight, self.variance_epsilon
     )
+
+
+def fuse_rope(model: Any) -> int:
+    """Give the modeling modules of ``model``'s attention layers (Qwen2, Llama, ...: those with
+    transformers 5's ``apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim)``) the joint form
+    :func:`joint_rope`; returns how many modules it rewired (process-wide: the values are the
+    same)."""
+    count = 0
+    for name in {type(m).__module__ for m in model.modules() if hasattr(m, "q_proj")}:
+        module = sys.modules.get(name)
+        stock = getattr(module, "apply_rotary_pos_emb", None)
+        if stock is None or getattr(stock, "stock", None) is not None:
+            continue
+        try:  # (with HF's ``kernels`` installed, transformers wraps it in a module)
+            params = list(inspect.signature(getattr(stock, "forward", stock)).parameters)
+        except (TypeError, ValueError):
+            continue
+        if params == ROPE_PARAMS and callable(getattr(module, "rotate_half", None)):
+            module.apply_rotary_pos_emb = _joint(stock)
+            count += 1
+    return count
+
+
+def _joint(stock: Any) -> Any:
+    """:func:`joint_rope` in the place of ``stock`` (kept as its ``stock`` attribute)."""
+
+    def apply_rotary_pos_emb(q: Any, k: Any, cos: Any, sin: Any, unsqueeze_dim: int = 1) -> Any:
+        return joint_rope(q, k, cos, sin, unsqueeze_dim, stock)
+
+    apply_rotary_pos_emb.stock = stock  # type: ignore[attr-defined]
+    return apply_rotary_pos_emb
+
+
+def joint_rope(
+    q: Any, k: Any, cos: Any, sin: Any, unsqueeze_dim: int = 1, stock: Any = None
+) -> tuple[Any, Any]:
+    """transformers' ``apply_rotary_pos_emb`` (``(x * cos) + (rotate_half(x) * sin)`` for the
+    queries ``q`` and the keys ``k``, heads along ``unsqueeze_dim``) over both at once: six
+    kernels instead of ten, the same operations on every element. ``stock`` where the two do
+    not concatenate (other dtypes or shapes)."""
+    import torch
+
+    d = unsqueeze_dim
+    if q.dtype != k.dtype or q.shape[:d] != k.shape[:d] or q.shape[d + 1 :] != k.shape[d + 1 :]:
+        assert stock is not None
+        return stock(q, k, cos, sin, unsqueeze_dim)
+    qk = torch.cat((q, k), dim=d)
+    cos, sin = cos.unsqueeze(d), sin.unsqueeze(d)
+    half = qk.shape[-1] // 2
+    turned = torch.cat((-qk[..., half:], qk[..., :half]), dim=-1)  # rotate_half
+    out = (qk * cos) + (turned * sin)
+    return out.split((q.shape[d], k.shape[d]), dim=d)

@@ -519,7 +519,7 @@ def load(
     model.eval()
     device_type = next(model.parameters()).device.type
     tune_attention(device_type)  # CUDA: no cuDNN attention
-    fused.fuse_norms(model, device_type)  # CUDA: one kernel an RMSNorm ($ADAPLD_FUSED_NORMS=0)
+    fused.fuse(model, device_type)  # CUDA: fewer kernels a layer ($ADAPLD_FUSED=0: stock)
     if kernels.supported(model) is None and kernels.resolve_mode() == "exact":
         _build_kernels("auto", show)  # the native attention (shown on a first build)
     kernels.apply(model)  # prepacked, batch-invariant CPU kernels ($ADAPLD_KERNELS=stock: off)

@@ -17,7 +17,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from adapld_cli.engine import AdaPLDSettings, GenerationConfig, generate
 from adapld_cli.engine.adapter import ModelRunner
-from adapld_cli.model.fused import fuse, fuse_norms, fuse_rope
+from adapld_cli.model.fused import fuse, fuse_norms, fuse_products, fuse_rope
 from tests.test_engine_lossless import SETTINGS
 from tests.tiny_models import one_thread, tiny_model
 
@@ -59,14 +59,18 @@ def _stock_rope(monkeypatch):
 def test_fuse_rewires_norms_and_rope_on_cuda_only(monkeypatch):
     model = _model()
     layers = model.config.num_hidden_layers
-    assert fuse(model, "cpu") == (0, 0)
+    assert fuse(model, "cpu") == (0, 0, 0)
     monkeypatch.setenv("ADAPLD_FUSED", "0")
-    assert fuse(model, "cuda") == (0, 0)
+    assert fuse(model, "cuda") == (0, 0, 0)
     monkeypatch.delenv("ADAPLD_FUSED")
-    assert fuse(model, "cuda") == (2 * layers + 1, 1)  # two norms a layer, the final one
-    assert fuse(model, "cuda") == (0, 0)  # once
-    assert fuse(_model("llama"), "cuda") == (2 * layers + 1, 1)
-    assert fuse(tiny_model("gpt2"), "cuda") == (0, 0)  # LayerNorm, fused qkv: not these
+    # two norms a layer and the final one; the rotary function; attention and MLP a layer
+    assert fuse(model, "cuda") == (2 * layers + 1, 1, 2 * layers)
+    assert fuse(model, "cuda") == (0, 0, 0)  # once
+    assert fuse(_model("llama"), "cuda") == (2 * layers + 1, 1, 2 * layers)
+    assert fuse(tiny_model("gpt2"), "cuda") == (0, 0, 0)  # LayerNorm, Conv1D: not these
+    attn = model.model.layers[0].self_attn  # the parts' weights are views of the joint one
+    joint = attn.q_proj.joint_of
+    assert attn.k_proj.weight.data_ptr() == joint.weight[attn.q_proj.out_features :].data_ptr()
     norm = model.model.norm
     x = torch.randn(2, 5, 256, dtype=torch.float32)  # another dtype than the weight's
     assert torch.equal(norm(x), norm.stock_forward(x))
@@ -90,8 +94,9 @@ def _pass(model, prompt: list[int]) -> tuple[torch.Tensor, Counter]:
 def test_fused_ops_keep_the_numbers_and_plain_decoding_equal():
     """In a static pass: one op a norm instead of eight (no rsqrt), the logits the stock
     forward's to bfloat16 rounding; the joint rotary embedding four ops fewer a layer, the
-    logits the stock forward's bit for bit; greedy ar and adapld (a full tree: branch and
-    semantic drafts) emit the same tokens through uniform passes with both."""
+    logits the stock forward's bit for bit; joint products three fewer a layer; greedy ar
+    and adapld (a full tree: branch and semantic drafts) emit the same tokens through
+    uniform passes with all three."""
     rng = random.Random(0)
     prompt = [rng.randrange(1024) for _ in range(300)]
     stock, ops = _pass(_model(), prompt)
@@ -110,6 +115,12 @@ def test_fused_ops_keep_the_numbers_and_plain_decoding_equal():
     assert both_ops["rms_norm"] == 2 * layers + 1 and both_ops["rsqrt"] == 0
     assert not torch.equal(both, stock)  # other roundings ...
     assert torch.allclose(both, stock, atol=0.1, rtol=0.05)  # ... of the same numbers
+
+    assert fuse_products(model) == 2 * layers
+    joint, joint_ops = _pass(model, prompt)
+    assert ops["linear"] - joint_ops["linear"] == 3 * layers  # q, k, v one; gate, up one
+    assert torch.allclose(joint, stock, atol=0.1, rtol=0.05)
+    assert model.model.layers[0].self_attn.q_proj.joint_of._parts == []  # nothing kept
 
     cfg = GenerationConfig(max_new_tokens=48)
     settings = replace(SETTINGS["full-tree"], graphs=True, uniform=True, planes=True)

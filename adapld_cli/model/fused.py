@@ -1,5 +1,6 @@
 """Fewer kernels for a decoder's small ops on a GPU: fused RMSNorm, rotary embedding of the
-queries and keys at once.
+queries and keys at once, one product for the queries, keys and values and one for the
+MLP's gate and up projections.
 
 Replayed as a CUDA graph, a static pass of a small model is mostly small kernels, each a
 few microseconds however little it computes (a launch inside the graph, a wave of tiny
@@ -17,6 +18,10 @@ docs/design.md, "Fused small ops"). :func:`fuse` rewires a loaded model in place
   ``apply_rotary_pos_emb`` over the queries and keys concatenated along the heads, six
   kernels; every element is computed by the same operations, so the values are
   transformers' bit for bit.
+- **Products** (``q``/``k``/``v`` three, ``gate``/``up`` two): one product over the
+  concatenated weights each, whose output the layer reads in parts (the separate modules'
+  weights become views of the joint one: no second copy). A product of another width rounds
+  otherwise (cuBLAS picks its kernel by shape), so not transformers' bits either.
 
 On CUDA only (on a CPU the exact kernels and the lean forward keep the stock numbers and
 their own work); ``ADAPLD_FUSED=0`` keeps transformers' forward (a measurement's other arm).
@@ -34,14 +39,16 @@ ENV_FUSED = "ADAPLD_FUSED"
 # RMSNorm classes whose forward is weight * (x * rsqrt(mean(x^2) + eps)) (Gemma's 1 + weight not)
 NORMS = frozenset({"Qwen2RMSNorm", "Qwen3RMSNorm", "LlamaRMSNorm", "MistralRMSNorm"})
 ROPE_PARAMS = ["q", "k", "cos", "sin", "unsqueeze_dim"]  # transformers 5's signature
+# MLP classes whose forward is down(act(gate(x)) * up(x))
+MLPS = frozenset({"Qwen2MLP", "Qwen3MLP", "LlamaMLP", "MistralMLP"})
 
 
-def fuse(model: Any, device_type: str) -> tuple[int, int]:
-    """On CUDA (unless ``ADAPLD_FUSED=0``): :func:`fuse_norms` and :func:`fuse_rope`;
-    returns what each rewired."""
+def fuse(model: Any, device_type: str) -> tuple[int, int, int]:
+    """On CUDA (unless ``ADAPLD_FUSED=0``): :func:`fuse_norms`, :func:`fuse_rope` and
+    :func:`fuse_products`; returns what each rewired."""
     if device_type != "cuda" or os.environ.get(ENV_FUSED, "1") == "0":
-        return 0, 0
-    return fuse_norms(model), fuse_rope(model)
+        return 0, 0, 0
+    return fuse_norms(model), fuse_rope(model), fuse_products(model)
 
 
 def fuse_norms(model: Any) -> int:
@@ -121,3 +128,91 @@ def joint_rope(
     turned = torch.cat((-qk[..., half:], qk[..., :half]), dim=-1)  # rotate_half
     out = (qk * cos) + (turned * sin)
     return out.split((q.shape[d], k.shape[d]), dim=d)
+
+
+def fuse_products(model: Any) -> int:
+    """Give every attention module's ``q``/``k``/``v`` projections one product (:class:`Joint`)
+    and every recognised MLP one product for its gate and up projections; returns how many
+    modules it rewired."""
+    count = 0
+    for module in list(model.modules()):
+        parts = [getattr(module, n, None) for n in ("q_proj", "k_proj", "v_proj")]
+        if _joinable(parts):
+            joint = Joint(parts)
+            for i, part in enumerate(parts):
+                part.forward = types.MethodType(_part_forward(joint, i, part.forward), part)
+            count += 1
+        gate_up = [getattr(module, n, None) for n in ("gate_proj", "up_proj")]
+        if type(module).__name__ in MLPS and _joinable(gate_up) and gate_up[0].bias is None:
+            module.joint = Joint(gate_up)
+            module.forward = types.MethodType(_mlp_forward, module)
+            count += 1
+    return count
+
+
+def _joinable(parts: list[Any]) -> bool:
+    """Plain linear layers on one input, all with a bias or none, not joined yet."""
+    import torch
+
+    if not parts or any(type(p) is not torch.nn.Linear for p in parts):
+        return False
+    same = len({(p.in_features, p.weight.dtype, p.weight.device) for p in parts}) == 1
+    biases = {p.bias is None for p in parts}
+    return same and len(biases) == 1 and not any("joint_of" in vars(p) for p in parts)
+
+
+class Joint:
+    """One product for several linear layers on the same input: their weights (and biases)
+    concatenated, each layer's own now a view of its rows."""
+
+    def __init__(self, parts: list[Any]) -> None:
+        import torch
+
+        with torch.no_grad():
+            self.weight = torch.cat([p.weight for p in parts])  # [sum(out), in]
+            self.bias = None if parts[0].bias is None else torch.cat([p.bias for p in parts])
+        self.sizes = [p.out_features for p in parts]
+        start = 0
+        for p, n in zip(parts, self.sizes, strict=True):
+            p.weight = torch.nn.Parameter(self.weight[start : start + n], requires_grad=False)
+            if self.bias is not None:
+                p.bias = torch.nn.Parameter(self.bias[start : start + n], requires_grad=False)
+            p.joint_of = self
+            start += n
+        self._input: Any = None  # the input of the last product, and its parts not yet read
+        self._parts: list[Any] = []
+
+    def __call__(self, x: Any) -> list[Any]:
+        """Every part's output for ``x``: views of one product, ``[..., out_i]``."""
+        import torch
+
+        return list(torch.nn.functional.linear(x, self.weight, self.bias).split(self.sizes, -1))
+
+    def part(self, i: int, x: Any) -> Any | None:
+        """Part ``i`` of the product for ``x``: part 0 computes it (and keeps the others for
+        the calls that follow on the same input), a later part takes what was kept, or None
+        when ``x`` is another input (the caller computes it alone)."""
+        if i == 0:
+            parts = self(x)
+            self._input, self._parts = x, parts
+            return parts[0]
+        if self._input is not x:
+            return None
+        out = self._parts[i]
+        if i == len(self.sizes) - 1:  # the last part read: keep nothing
+            self._input, self._parts = None, []
+        return out
+
+
+def _part_forward(joint: Joint, i: int, stock: Any) -> Any:
+    def forward(self: Any, x: Any) -> Any:
+        out = joint.part(i, x)
+        return stock(x) if out is None else out
+
+    return forward
+
+
+def _mlp_forward(self: Any, x: Any) -> Any:
+    """``down(act(gate(x)) * up(x))`` with the gate and up projections one product."""
+    gate, up = self.joint(x)
+    return self.down_proj(self.act_fn(gate) * up)

@@ -63,10 +63,11 @@ from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 
 from adapld_cli.engine.transfer import to_device
-from adapld_cli.engine.tree import ancestors
+from adapld_cli.engine.tree import ancestor_rows
 
 ENV_CAPTURE_CUDNN = "ADAPLD_CAPTURE_CUDNN"  # "0": captures keep the process's attention flags
 ENV_KEPT_PLANES = "ADAPLD_KEPT_PLANES"  # "0": key planes gathered whole every pass
@@ -469,22 +470,17 @@ class StaticPasses:
         rows repeat the first token at the root's position and see only themselves). All
         the rest is :meth:`_fill`'s, inside the captured forward."""
         n, b = len(ids), buf.ids.shape[1]
-        depth = list(range(n)) if depths is None else list(depths)
-        see = torch.eye(b, dtype=torch.int64)  # see[i, j]: row i sees tree row j
-        see[:n, :n] = ancestors(parents, n)  # padding rows see only themselves
-        host = torch.cat(
-            [
-                torch.tensor(
-                    [
-                        ids + [ids[0]] * (b - n),
-                        [length + d for d in depth] + [length] * (b - n),
-                        list(range(length, length + b)),
-                    ]
-                ),
-                see,
-            ]
-        )  # [3 + b, b]
-        to_device(host, self.device, out=buf.staged)
+        host = np.empty((3 + b, b), dtype=np.int64)  # (numpy: a few us where torch took ~100)
+        host[0, :n], host[0, n:] = ids, ids[0]  # ids, padding repeating the first
+        host[1, :n] = length + (np.arange(n) if depths is None else np.asarray(depths))
+        host[1, n:] = length  # positions
+        host[2] = np.arange(length, length + b)  # the cache rows written
+        host[3:] = np.eye(b, dtype=np.int64)  # row i sees tree row j; padding only itself
+        if parents is None:
+            host[3 : 3 + n, :n] = np.tri(n, dtype=np.int64)
+        else:
+            host[3 : 3 + n, :n] = ancestor_rows(parents, n)
+        to_device(torch.from_numpy(host), self.device, out=buf.staged)
 
     def _fill(self, buf: _Bucket) -> None:
         """The pass's masks (and key planes' indices) from its staged inputs, all of it work

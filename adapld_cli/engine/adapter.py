@@ -168,6 +168,18 @@ class _Workspace:
 _WORKSPACES: weakref.WeakKeyDictionary[Any, dict[Any, _Workspace]] = weakref.WeakKeyDictionary()
 
 
+def prepare_passes(model: Any) -> int:
+    """Before a model's next generations: run (on a GPU: capture) a static pass for every key
+    span that its free workspaces' caches can reach and no pass has used yet
+    (:meth:`StaticPasses.prepare`); returns how many. For warm-ups (the bench's)."""
+    count = 0
+    with torch.inference_mode():
+        for ws in _WORKSPACES.get(model, {}).values():
+            if ws.static is not None and ws.static.valid and not ws.busy:
+                count += ws.static.prepare()
+    return count
+
+
 @dataclass
 class PassOutput:
     logits: LazyLogits  # per node, on demand

@@ -500,10 +500,7 @@ class StaticPasses:
         host[1, n:] = length  # positions
         host[2] = np.arange(length, length + b)  # the cache rows written
         host[3:] = np.eye(b, dtype=np.int64)  # row i sees tree row j; padding only itself
-        if parents is None:
-            host[3 : 3 + n, :n] = np.tri(n, dtype=np.int64)
-        else:
-            host[3 : 3 + n, :n] = ancestor_rows(parents, n)
+        host[3 : 3 + n, :n] = ancestor_rows(parents, n)
         to_device(torch.from_numpy(host), self.device, out=buf.staged)
 
     def _fill(self, buf: _Bucket) -> None:

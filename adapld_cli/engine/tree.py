@@ -92,16 +92,16 @@ def ancestors(parents: Sequence[int] | None, size: int | None = None) -> torch.T
     """``anc [size, size]`` bool on the host: ``anc[i, j]`` when node ``j`` is ``i`` or an
     ancestor of ``i`` (``parents`` in topological order; None = a chain of ``size`` nodes).
     Rows past ``len(parents)`` (padding up to ``size``) see only themselves."""
-    if parents is None:
-        assert size is not None
-        return torch.ones((size, size), dtype=torch.bool).tril()
     return torch.from_numpy(ancestor_rows(parents, size))
 
 
-def ancestor_rows(parents: Sequence[int], size: int | None = None) -> np.ndarray:
-    """:func:`ancestors` of a tree as a numpy array: its rows ORed in numpy, ~0.6 us a row
-    where a tensor's take ~4 (a 65-node tree: 40 us, not 250, of the host work before every
-    tree pass)."""
+def ancestor_rows(parents: Sequence[int] | None, size: int | None = None) -> np.ndarray:
+    """:func:`ancestors` as a numpy array: a tree's rows ORed in numpy, ~0.6 us a row where a
+    tensor's take ~4 (a 65-node tree: 40 us, not 250, of the host work before every tree
+    pass)."""
+    if parents is None:
+        assert size is not None
+        return np.tri(size, dtype=bool)
     anc = np.eye(size or len(parents), dtype=bool)
     for i, p in enumerate(parents):
         if p >= 0:

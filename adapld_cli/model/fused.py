@@ -93,40 +93,45 @@ def fuse_rope(model: Any) -> int:
             params = list(inspect.signature(getattr(stock, "forward", stock)).parameters)
         except (TypeError, ValueError):
             continue
-        if params == ROPE_PARAMS and callable(getattr(module, "rotate_half", None)):
-            module.apply_rotary_pos_emb = _joint(stock)
+        rotate_half = getattr(module, "rotate_half", None)
+        if params == ROPE_PARAMS and callable(rotate_half):
+            module.apply_rotary_pos_emb = _joint(stock, rotate_half)
             count += 1
     return count
 
 
-def _joint(stock: Any) -> Any:
-    """:func:`joint_rope` in the place of ``stock`` (kept as its ``stock`` attribute)."""
+def _joint(stock: Any, rotate_half: Any) -> Any:
+    """:func:`joint_rope` with the family's ``rotate_half`` in the place of ``stock`` (kept as
+    its ``stock`` attribute)."""
 
     def apply_rotary_pos_emb(q: Any, k: Any, cos: Any, sin: Any, unsqueeze_dim: int = 1) -> Any:
-        return joint_rope(q, k, cos, sin, unsqueeze_dim, stock)
+        return joint_rope(q, k, cos, sin, unsqueeze_dim, stock, rotate_half)
 
     apply_rotary_pos_emb.stock = stock  # type: ignore[attr-defined]
     return apply_rotary_pos_emb
 
 
 def joint_rope(
-    q: Any, k: Any, cos: Any, sin: Any, unsqueeze_dim: int = 1, stock: Any = None
+    q: Any,
+    k: Any,
+    cos: Any,
+    sin: Any,
+    unsqueeze_dim: int,
+    stock: Any,
+    rotate_half: Any,
 ) -> tuple[Any, Any]:
     """transformers' ``apply_rotary_pos_emb`` (``(x * cos) + (rotate_half(x) * sin)`` for the
-    queries ``q`` and the keys ``k``, heads along ``unsqueeze_dim``) over both at once: six
-    kernels instead of ten, the same operations on every element. ``stock`` where the two do
-    not concatenate (other dtypes or shapes)."""
+    queries ``q`` and the keys ``k``, heads along ``unsqueeze_dim``) over both at once, with
+    the family's own ``rotate_half``: six kernels instead of ten, the same operations on every
+    element. ``stock`` where the two do not concatenate (other dtypes or shapes)."""
     import torch
 
     d = unsqueeze_dim
     if q.dtype != k.dtype or q.shape[:d] != k.shape[:d] or q.shape[d + 1 :] != k.shape[d + 1 :]:
-        assert stock is not None
         return stock(q, k, cos, sin, unsqueeze_dim)
     qk = torch.cat((q, k), dim=d)
     cos, sin = cos.unsqueeze(d), sin.unsqueeze(d)
-    half = qk.shape[-1] // 2
-    turned = torch.cat((-qk[..., half:], qk[..., :half]), dim=-1)  # rotate_half
-    out = (qk * cos) + (turned * sin)
+    out = (qk * cos) + (rotate_half(qk) * sin)
     return out.split((q.shape[d], k.shape[d]), dim=d)
 
 

@@ -537,6 +537,52 @@ def test_a_warm_up_prepares_every_key_span(monkeypatch):
         assert {s for _, s in static._buckets} == spans  # nothing new to run
 
 
+def test_uniform_drafts_fill_the_shape_and_first_passes_are_not_timed(monkeypatch):
+    """Uniform passes compute every row of their one shape, so adapld drafts up to the
+    shape's rows (here 31 nodes for ``node_budget`` 24; the cost model is flat up to the
+    shape), not the node budget, and still emits plain decoding's tokens. Passes of several
+    shapes keep their measured curve, but the first pass of each (shape, span), which on a GPU
+    captured its graph, is not timed into it."""
+    from adapld_cli.engine.cost import CostModel
+
+    model = tiny_model("qwen2")
+    made = _runs(monkeypatch)
+    sizes: list[int] = []
+    verify = ModelRunner.verify
+
+    def record(self, ids, *args, **kwargs):
+        sizes.append(len(ids))
+        return verify(self, ids, *args, **kwargs)
+
+    monkeypatch.setattr(ModelRunner, "verify", record)
+    timed: list[int] = []
+    observe = CostModel.observe
+
+    def count(self, n, seconds):
+        timed.append(n)
+        observe(self, n, seconds)
+
+    monkeypatch.setattr(CostModel, "observe", count)
+    base = random_prompt(0, repeats=False)
+    prompt = base + base[: len(base) // 2]  # a copy source longer than any pass
+    cfg = GenerationConfig(max_new_tokens=96)
+    budget = 24
+    want = generate(model, prompt, cfg, "ar").tokens
+    uniform = AdaPLDSettings(uniform=True, node_budget=budget)
+    out = generate(model, prompt, cfg, "adapld", settings=uniform)
+    assert out.tokens == want
+    assert made[-1].flat_rows == uniform_shape(budget) == 32
+    assert max(sizes) == 32 > budget + 1  # teeth: the node budget alone caps at 25
+
+    sizes.clear()
+    timed.clear()
+    out = generate(model, prompt, cfg, "adapld", settings=AdaPLDSettings(graphs=True))
+    assert out.tokens == want and made[-1].flat_rows == 0
+    firsts = made[-1].static.firsts
+    assert firsts == len({bucket(n) for n in sizes}) > 1
+    assert len(timed) == out.stats.forward_passes - firsts
+
+
 def test_static_passes_attend_grouped_heads_without_copying_keys(monkeypatch):
     """On transformers' sdpa attention with grouped heads (GQA), static passes without key
     planes run each key head's query heads as its rows (``grouped_attention``): no

@@ -112,7 +112,13 @@ def _run(model, method: str, settings: AdaPLDSettings | None):
 
 
 @pytest.mark.parametrize("passes", ["eager", "static", "uniform"])
-def test_a_pass_reads_the_device_once(model, passes):
+def test_a_pass_reads_the_device_once(model, passes, monkeypatch):
+    from adapld_cli.engine.adapter import LazyLogits, ModelRunner
+
+    def one_block(self, last, n=None, topk=0):  # as on a GPU (a CPU's head runs 16-row blocks)
+        return LazyLogits(self, last, max(1, len(last)), n, topk)
+
+    monkeypatch.setattr(ModelRunner, "_lazy", one_block)
     ref, ar_stats, ar_sites = _run(model, "ar", None)
     assert ar_sites == {"argmax": ar_stats.forward_passes}  # one read a step, nothing else
     extra = {"graphs": passes == "static", "uniform": passes == "uniform"}

@@ -164,6 +164,22 @@ def test_cost_model_learns_the_measured_curve():
     assert cm.ratio(2) == pytest.approx(2.2)
 
 
+def test_cost_model_of_one_static_shape_is_flat():
+    """Passes of one static shape (``flat``) cost one pass up to the shape whatever was
+    measured (an outlier, e.g. a pass that captured a graph, cannot make the drafter shrink
+    its trees); their times still give the step's seconds; past the shape the curve is the
+    measured one's as before."""
+    cm = CostModel("cpu", flat=80)
+    assert cm.ratio(2) == cm.ratio(80) == 1.0  # no prior: the shape is computed whole
+    for n in (1, 65, 65, 65):
+        cm.observe(n, 0.1)
+    cm.observe(65, 5.0)  # an outlier at a large size
+    assert cm.ratio(33) == cm.ratio(65) == cm.ratio(80) == 1.0
+    assert 0.1 < cm.step_s < 5.0
+    assert cm.ratio(160) > 1.0
+    assert CostModel("cpu").ratio(64) == pytest.approx(PRIOR["cpu"][64])  # teeth: not flat
+
+
 def test_hidden_states_are_normalised_when_read():
     """``Context.unit_hidden``: the recorded rows L2-normalised (as ``F.normalize`` of each
     recorded row), rows recorded again after a read normalised afresh."""

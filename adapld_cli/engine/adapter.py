@@ -306,6 +306,19 @@ class ModelRunner:
         """... of them replayed from a captured CUDA graph."""
         return 0 if self.static is None else self.static.replays - self._counts0[1]
 
+    @property
+    def first_passes(self) -> int:
+        """Static passes so far that were the first of their shape and key span: on a GPU
+        each captured its graph, tens of milliseconds that are no pass's cost (a count that
+        only grows during a generation; compare it before and after a pass)."""
+        return 0 if self.static is None else self.static.firsts
+
+    @property
+    def flat_rows(self) -> int:
+        """The rows every pass computes when all run at one static shape (uniform passes:
+        a pass over fewer nodes costs as much), else 0."""
+        return self._shapes[0] if self._static_wanted and len(self._shapes) == 1 else 0
+
     def _capture(self, _module: Any, _inputs: Any, output: Any) -> None:
         self._captured = output[0] if isinstance(output, tuple) else output
 
@@ -433,6 +446,7 @@ class ModelRunner:
                 )
             if old is not None:  # counts go on
                 self.static.runs, self.static.replays = old.runs, old.replays
+                self.static.firsts = old.firsts
                 self.static.fallback = old.fallback
             if self._workspace is not None:
                 self._workspace.static = self.static

@@ -7,6 +7,12 @@ matrix products switch from vector to matrix kernels) while 64 tokens cost ~5 â€
 drafters see the real shape. Buckets not measured yet follow a device prior scaled to the
 measured ones (docs/design.md, "Cost model"). :meth:`ratio` gives the cost of ``n`` tokens
 in single steps.
+
+Passes of one static shape (``flat``: uniform passes compute every row of the shape whatever
+the draft's size) cost one pass by construction: their ratio is 1 up to the shape, whatever
+the timings say. Measured, they would be only as flat as the noise lets them look, and a
+size that once looked dear (a pass that captured a graph, a scheduler hiccup) is one the
+drafter stops proposing, so it is never measured again: trees stuck at one size.
 """
 
 from __future__ import annotations
@@ -31,7 +37,8 @@ def _bucket(n: int) -> int:
 class CostModel:
     """Decaying per-bucket averages of pass seconds, interpolated over the pass size."""
 
-    def __init__(self, device_type: str = "cpu", decay: float = 0.8) -> None:
+    def __init__(self, device_type: str = "cpu", decay: float = 0.8, flat: int = 0) -> None:
+        self.flat = flat  # passes of up to this many tokens cost the same (one shape); 0: none
         prior = PRIOR.get(device_type, PRIOR["cpu"])
         self._prior_n = sorted(prior)
         self._prior_r = [prior[n] for n in self._prior_n]
@@ -43,7 +50,10 @@ class CostModel:
         self._ratios: dict[int, float] = {}  # n -> ratio(n) until the next observation
 
     def observe(self, n: int, seconds: float) -> None:
-        """Record one pass over ``n`` tokens that took ``seconds``."""
+        """Record one pass over ``n`` tokens that took ``seconds`` (with ``flat``, as a
+        single step's: every pass is one)."""
+        if n <= self.flat:
+            n = 1
         b = _bucket(n)
         d = self.decay
         self._w[b] = self._w[b] * d + 1.0
@@ -96,7 +106,10 @@ class CostModel:
 
     def ratio(self, n: int) -> float:
         """Cost of a pass over ``n`` tokens in units of a single-token pass (kept until the
-        next :meth:`observe`: the drafter asks for every size up to its budget each step)."""
+        next :meth:`observe`: the drafter asks for every size up to its budget each step);
+        1 up to ``flat``."""
+        if n <= self.flat:
+            return 1.0
         r = self._ratios.get(n)
         if r is None:
             xs, ys = self._get()

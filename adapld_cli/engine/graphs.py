@@ -368,6 +368,7 @@ class StaticPasses:
         self.fallback = ""  # why a capture failed ("" = none did)
         self.runs = 0  # passes run here (eager or replayed)
         self.replays = 0  # ... of them from a captured graph
+        self.firsts = 0  # ... the first of their (shape, span) bucket (on a GPU: captured)
         for layer in layers:
             layer.clear_tail()
 
@@ -436,7 +437,9 @@ class StaticPasses:
         b = bucket(n, self.shapes)
         assert b is not None and self.fits(n) and self.valid
         length = self.layers[0].get_seq_length()
-        buf = self._bucket(b, key_span(length, b, self.span, self.capacity))
+        span = key_span(length, b, self.span, self.capacity)
+        self.firsts += (b, span) not in self._buckets
+        buf = self._bucket(b, span)
         if self.kept is not None:
             self.kept.sync(self.layers, length)
         self._stage(buf, ids, parents, depths, length)
@@ -470,7 +473,7 @@ class StaticPasses:
         step = self.span or self.capacity
         spans = {min(s, self.capacity) for s in range(step, self.capacity + step, step)}
         todo = sorted(s for s in spans if (b, s) not in self._buckets and s - b >= 1)
-        length, counts = self.layers[0].get_seq_length(), (self.runs, self.replays)
+        length, counts = self.layers[0].get_seq_length(), (self.runs, self.replays, self.firsts)
         for s in todo:
             for layer in self.layers:
                 layer.set_length(s - b)  # rows past the real length: finite, never read
@@ -478,7 +481,7 @@ class StaticPasses:
         for layer in self.layers:
             layer.set_length(length)
             layer.low = 0
-        self.runs, self.replays = counts
+        self.runs, self.replays, self.firsts = counts
         return len(todo)
 
     def _stage(

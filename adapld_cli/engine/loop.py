@@ -163,7 +163,7 @@ def _decode(
         hidden_size,
         top_k,
         runner.device,
-        CostModel(runner.device.type),
+        CostModel(runner.device.type, flat=runner.flat_rows),
     )
     t0 = time.perf_counter()
     cuda = runner.device.type == "cuda"
@@ -187,6 +187,7 @@ def _decode(
             tree = drafter.propose(ctx, remaining - 1)
         root_pos = ctx.pending  # == runner.cache_len
         chain = tree.is_chain
+        firsts = runner.first_passes
         t_pass = time.perf_counter()
         with _phase("verify"):
             out = runner.verify(
@@ -198,7 +199,8 @@ def _decode(
         with _phase("accept"):
             path, bonus = accept(tree, chooser.bind(out.logits))
         pass_s = time.perf_counter() - t_pass
-        ctx.cost.observe(len(tree), pass_s)
+        if runner.first_passes == firsts:  # a first pass's capture is no pass's cost
+            ctx.cost.observe(len(tree), pass_s)
         stats.pass_s += pass_s
 
         with _phase("record"):

@@ -19,7 +19,8 @@ class AdaPLDSettings:
     """Knobs of AdaPLD drafting (paper §3; docs/design.md).
 
     Attributes:
-        max_draft_len: ``L``, the longest copied span drafted in one step.
+        max_draft_len: ``L``, the longest copied span drafted in one step (the step's node
+            budget bounds it too).
         top_k: ``K``, first-token alternatives (branches) taken from cached top-K predictions.
         ctxt: longest n-gram used as the lexical query; shorter n-grams down to ``min_ctxt``
             are tried when the longest finds nothing (strict hit = any n-gram match).
@@ -31,7 +32,9 @@ class AdaPLDSettings:
         hidden_layer: decoder layer whose output is cached for reranking and the fallback;
             ``None`` = the middle layer.
         sim_floor: cosine similarity a semantic candidate must reach to be drafted.
-        node_budget: most draft nodes in one verification (root excluded).
+        node_budget: most draft nodes in one verification (root excluded); with
+            ``uniform`` passes, whose one shape rounds ``node_budget + 1`` up to 16 rows,
+            drafts may fill the shape (79 nodes for 64): every row is computed anyway.
         branch_len: tokens appended to each branch from a reuse continuation.
         max_candidates: most recent lexical occurrences considered for reranking.
         prompt_topk: compute the model's top-K at every prompt position during prefill (an
@@ -91,7 +94,7 @@ class AdaPLDSettings:
             tree.
     """
 
-    max_draft_len: int = 64
+    max_draft_len: int = 128
     top_k: int = 3
     ctxt: int = 4
     min_ctxt: int = 2

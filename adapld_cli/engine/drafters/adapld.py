@@ -144,7 +144,7 @@ class AdaPLDDrafter:
 
     def propose(self, ctx: Context, max_nodes: int) -> DraftTree:
         s = self.s
-        max_nodes = min(max_nodes, s.node_budget)
+        max_nodes = min(max_nodes, self._budget(ctx))
         tree = DraftTree.root(ctx.tokens[-1])
         tree.looked_up = True
         self._last = _Last()
@@ -280,7 +280,12 @@ class AdaPLDDrafter:
         forced = self.s.topk_lookup
         if forced is not None or not ctx.can_lookup(positions):
             return bool(forced)
-        return gain > ctx.lookup_ratio() * self._best(ctx, cands, self.s.node_budget)[1]
+        return gain > ctx.lookup_ratio() * self._best(ctx, cands, self._budget(ctx))[1]
+
+    def _budget(self, ctx: Context) -> int:
+        """The most nodes a step drafts: ``node_budget``, or every row of the one static
+        shape when passes all run at it (uniform: the rows are computed anyway)."""
+        return max(self.s.node_budget, ctx.cost.flat - 1)
 
     def _best(self, ctx: Context, cands: list[_Cand], max_nodes: int) -> tuple[list[int], float]:
         """The most probable prefix of candidates that maximises expected tokens per unit of

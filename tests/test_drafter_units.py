@@ -8,7 +8,10 @@ rows where a test needs them) and a stub cost model.
   emitted, so a low acceptance rate climbs back and drafting resumes (the bug fixed in
   1fbbc3d: skipped drafts used to leave the rate stuck);
 - branches: first-token alternatives are drafted where the copy source has real top-K
-  predictions, and not where its only "prediction" is the token that followed it.
+  predictions, and not where its only "prediction" is the token that followed it;
+- recycled successors: where passes all run at one shape, the rows other drafts leave free
+  hold the top-K predicted after the root's token last time, and after those, never in
+  place of a copied chain's nodes; nowhere else.
 """
 
 from __future__ import annotations
@@ -25,10 +28,11 @@ NGRAM = BASE[1:5]  # the query: the last 4 tokens of every context below
 
 
 class StubCost:
-    """A cost model whose ``ratio(n)`` (cost of an n-token pass in single steps) is given."""
+    """A cost model whose ``ratio(n)`` (cost of an n-token pass in single steps) is given;
+    ``flat``: passes of up to that many tokens run at one shape (``CostModel.flat``)."""
 
-    def __init__(self, ratio: Callable[[int], float]) -> None:
-        self.ratio = ratio
+    def __init__(self, ratio: Callable[[int], float], flat: int = 0) -> None:
+        self.ratio, self.flat = ratio, flat
 
 
 FLAT = StubCost(lambda n: 1.0)  # verification is free: every candidate pays
@@ -127,3 +131,38 @@ def test_branches_only_where_real_topk_exists():
         branch_roots = {t for t, src in roots.items() if src is Source.BRANCH}
         assert branch_roots == ({60, 61} if expect_branches else set()), real
         assert (Source.BRANCH in tree.sources) is expect_branches
+
+
+def test_free_rows_of_one_shape_take_recycled_successors():
+    base = list(range(100, 130))
+    tokens = [*base, 200, 201, 105]  # no n-gram hit; the root 105 followed position 5 before
+    shape = StubCost(lambda n: 1.0, flat=80)  # uniform passes of 80 rows
+    trees = {}
+    for name, cost in (("shape", shape), ("flat", FLAT)):
+        ctx = _context(tokens, cost, top_k=3)
+        ctx.record(5, None, [[110, 111, 112]])  # predicted after 105 last time
+        ctx.record(10, None, [[120, 121, 122]])  # ... after 110
+        drafter = _drafter(ctx, branches=True)
+        trees[name] = tree = drafter.propose(ctx, 40)
+        if name == "shape":
+            assert drafter._last.recycled_first == {110, 111, 112}
+    tree = trees["shape"]
+    roots = {tree.tokens[i]: i for i in tree.children[0].values()}
+    assert set(roots) == {110, 111, 112}
+    assert {tree.tokens[i] for i in tree.children[roots[110]].values()} == {120, 121, 122}
+    assert set(tree.sources[1:]) == {Source.BRANCH}
+    assert len(trees["flat"]) == 1  # teeth: passes that grow with their size recycle nothing
+
+    copy = [*BASE, 99, 98, *BASE[:5]]  # a copied chain longer than the step's 30 nodes
+    ctx = _context(copy, shape, top_k=3)
+    ctx.record(len(copy) - 6, None, [[70, 71, 72]])  # 14 (the root) was followed by these
+    tree = _drafter(ctx, branches=True).propose(ctx, 30)
+    assert _chain(tree) == copy[5:35]  # the chain fills the step: nothing recycled
+    # a chain of 10 after the hit ending at 4; the root 14 last came after 55 (position 9)
+    short = [10, 11, 12, 13, 14, 15, 16, 17, 55, 14, 56, 99, 12, 13, 14]
+    ctx = _context(short, shape, top_k=3)
+    ctx.record(9, None, [[70, 71, 72]])
+    tree = _drafter(ctx, branches=True).propose(ctx, 40)
+    roots = {tree.tokens[i]: tree.sources[i] for i in tree.children[0].values()}
+    assert roots == {15: Source.LEXICAL, 70: Source.BRANCH, 71: Source.BRANCH, 72: Source.BRANCH}
+    assert tree.num_drafts == 13  # the whole chain, and the free rows recycled

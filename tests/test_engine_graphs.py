@@ -540,7 +540,8 @@ def test_a_warm_up_prepares_every_key_span(monkeypatch):
 def test_uniform_drafts_fill_the_shape_and_first_passes_are_not_timed(monkeypatch):
     """Uniform passes compute every row of their one shape, so adapld drafts up to the
     shape's rows (here 31 nodes for ``node_budget`` 24; the cost model is flat up to the
-    shape), not the node budget, and still emits plain decoding's tokens. Passes of several
+    shape), not the node budget, rows the copy leaves free holding recycled successors, and
+    still emits plain decoding's tokens. Passes of several
     shapes keep their measured curve, but the first pass of each (shape, span), which on a GPU
     captured its graph, is not timed into it."""
     from adapld_cli.engine.cost import CostModel
@@ -568,11 +569,12 @@ def test_uniform_drafts_fill_the_shape_and_first_passes_are_not_timed(monkeypatc
     cfg = GenerationConfig(max_new_tokens=96)
     budget = 24
     want = generate(model, prompt, cfg, "ar").tokens
-    uniform = AdaPLDSettings(uniform=True, node_budget=budget)
+    uniform = AdaPLDSettings(uniform=True, node_budget=budget, prompt_topk=True, pass_topk=True)
     out = generate(model, prompt, cfg, "adapld", settings=uniform)
     assert out.tokens == want
     assert made[-1].flat_rows == uniform_shape(budget) == 32
     assert max(sizes) == 32 > budget + 1  # teeth: the node budget alone caps at 25
+    assert out.stats.branch_accepted > 0  # recycled successors in the free rows, accepted
 
     sizes.clear()
     timed.clear()

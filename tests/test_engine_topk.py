@@ -147,7 +147,7 @@ def test_pass_rows_topk_only_where_asked(monkeypatch):
     assert lazy.tokens == ref and lazy.stats.accepted_draft_tokens > 0 and calls == []
     eager = AdaPLDSettings(adaptive=False, pass_topk=True)
     out = generate(model, prompt, cfg, "adapld", settings=eager)
-    assert out.tokens == ref and calls and set(calls) == {eager.top_k}
+    assert out.tokens == ref and calls and set(calls) == {eager.topk_width("cpu")}
     assert len(calls) == out.stats.forward_passes
 
 

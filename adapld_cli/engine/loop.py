@@ -13,6 +13,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import nullcontext
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -73,6 +74,9 @@ def stream(
         raise ValueError("empty prompt")
     if config.max_new_tokens < 1:
         raise ValueError("max_new_tokens must be >= 1")
+    device_type = next(model.parameters()).device.type
+    settings = settings or AdaPLDSettings()
+    settings = replace(settings, top_k=settings.topk_width(device_type))
     drafter = make_drafter(method, settings)
     if reference and drafter.name != "ar":
         drafter = WithReference(drafter, reference)
@@ -83,7 +87,7 @@ def stream(
         hidden_layer=drafter.hidden_layer,
         want_hidden=drafter.wants_hidden,
         keep_final=drafter.wants_topk > 0,  # top-K rows on demand (ar and pld never ask)
-        **_passes(len(prompt_ids), config, settings, next(model.parameters()).device.type),
+        **_passes(len(prompt_ids), config, settings, device_type),
     )
     try:
         yield from _decode(runner, list(prompt_ids), config, drafter, stops, prefix)

@@ -12,6 +12,10 @@ from dataclasses import dataclass, fields, replace
 # Default key span of static passes on CUDA (``AdaPLDSettings.span``): a pass at a cache of
 # ``L`` rows attends ``ceil((L + rows) / 512) * 512`` keys, up to 8 graphs on a 4,096-row cache.
 SPAN_ROWS = 512
+# ``AdaPLDSettings.top_k`` by default: where passes grow with their size, and where every
+# pass costs the same (uniform passes), whose free rows take recycled successors from a table
+# of this width (docs/design.md, "Cost model")
+TOP_K, TOP_K_FLAT = 3, 8
 
 
 @dataclass(frozen=True)
@@ -21,7 +25,10 @@ class AdaPLDSettings:
     Attributes:
         max_draft_len: ``L``, the longest copied span drafted in one step (the step's node
             budget bounds it too).
-        top_k: ``K``, first-token alternatives (branches) taken from cached top-K predictions.
+        top_k: ``K``, first-token alternatives (branches) taken from cached top-K predictions,
+            and the width of the table of recycled successors. ``None`` = :data:`TOP_K_FLAT`
+            where passes all run at one shape (uniform), else :data:`TOP_K`
+            (:meth:`topk_width`).
         ctxt: longest n-gram used as the lexical query; shorter n-grams down to ``min_ctxt``
             are tried when the longest finds nothing (strict hit = any n-gram match).
         min_ctxt: shortest n-gram query.
@@ -95,7 +102,7 @@ class AdaPLDSettings:
     """
 
     max_draft_len: int = 128
-    top_k: int = 3
+    top_k: int | None = None
     ctxt: int = 4
     min_ctxt: int = 2
     tau: int = 2
@@ -132,6 +139,15 @@ class AdaPLDSettings:
         if self.uniform is None:
             return device_type == "cuda" and self.static_passes(device_type)
         return self.uniform
+
+    def topk_width(self, device_type: str | None = None) -> int:
+        """``K`` (``top_k``) on a device of this type: ``None`` meaning :data:`TOP_K_FLAT`
+        where passes all run at one shape (:meth:`uniform_passes`), else (and without a
+        device) :data:`TOP_K`."""
+        if self.top_k is not None:
+            return self.top_k
+        flat = device_type is not None and self.uniform_passes(device_type)
+        return TOP_K_FLAT if flat else TOP_K
 
     def key_planes(self, device_type: str) -> bool:
         """Whether uniform passes attend per-row key planes (``planes``) on a device of this

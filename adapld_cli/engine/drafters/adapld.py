@@ -25,6 +25,8 @@ from adapld_cli.engine.types import Source
 
 BRANCH_CONT_P = 0.5  # acceptance estimate of each token continuing a branch
 SEM_SUCC_P = 0.5  # ... of a semantic branch's successor
+RECYCLED_P = 0.5  # ... of a recycled successor given its parent was accepted
+RECYCLED_DEPTH = 3  # levels of recycled successors under the root
 CURSOR_SLACK = (-16, 32)  # a lexical hit this close to the edit cursor counts as "at cursor"
 
 
@@ -66,6 +68,7 @@ class _Last:
     main_nodes: int = 0  # copied-chain nodes actually verified
     chain_first: int | None = None  # first token of the proposed chain (verified or not)
     sem_first: frozenset[int] = frozenset()  # proposed depth-1 semantic tokens
+    recycled_first: frozenset[int] = frozenset()  # proposed depth-1 recycled successors
 
 
 class AdaPLDDrafter:
@@ -75,7 +78,7 @@ class AdaPLDDrafter:
         s = self.s = settings or AdaPLDSettings()
         maybe_semantic = s.semantic is not False  # None: decided by the device in start()
         self.wants_hidden = s.rerank or maybe_semantic
-        self.wants_topk = s.top_k if (s.branches or maybe_semantic) else 0
+        self.wants_topk = s.topk_width() if (s.branches or maybe_semantic) else 0
         self.semantic = bool(s.semantic)
         self.prompt_topk = s.prompt_topk
         self.pass_topk = s.pass_topk
@@ -94,6 +97,7 @@ class AdaPLDDrafter:
         self.branch = Rate(0.3)  # a branch is right given the chain's first token failed
         self.sem = Rate(0.2)  # a semantic tree yields an accepted token
         self.cursor_rate = Rate(0.3)  # per-token acceptance of a cursor chain with no n-gram hit
+        self.recycled = Rate(0.2)  # a recycled successor of the root is the model's next token
         self._last = _Last()
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -126,6 +130,8 @@ class AdaPLDDrafter:
                 self.branch.update(float(first is Source.BRANCH), 1.0)
             if last.sem_first:  # verified or not: did the model pick a semantic candidate?
                 self.sem.update(float(emitted[0] in last.sem_first), 1.0)
+            if last.recycled_first:
+                self.recycled.update(float(emitted[0] in last.recycled_first), 1.0)
         # the copy source advances with the output, one token per emitted token
         base = last.q if last.q >= 0 else self.cursor
         self.cursor = None if base is None else base + len(emitted)
@@ -171,12 +177,19 @@ class AdaPLDDrafter:
                 and ctx.pending >= 2
             ):
                 tree.kind = "semantic" if self._semantic(ctx, cands) else tree.kind
-        self._build(tree, cands, self._select(ctx, cands, max_nodes))
+        chosen = self._select(ctx, cands, max_nodes)
+        recycled = len(cands)
+        if s.branches and ctx.cost.flat and ctx.topk is not None and len(chosen) < max_nodes:
+            self._recycle(ctx, cands, max_nodes - len(chosen))
+            extra = sorted(range(recycled, len(cands)), key=lambda i: -cands[i].p)
+            chosen += extra[: max_nodes - len(chosen)]
+        self._build(tree, cands, chosen)
         last = self._last
         last.main_nodes = sum(1 for src in tree.sources if src is Source.LEXICAL)
-        roots = [c for c in cands if c.parent == -1]
+        roots = [c for c in cands[:recycled] if c.parent == -1]
         last.chain_first = next((c.token for c in roots if c.source is Source.LEXICAL), None)
         last.sem_first = frozenset(c.token for c in roots if c.source is Source.SEMANTIC)
+        last.recycled_first = frozenset(c.token for c in cands[recycled:] if c.parent == -1)
         return tree
 
     def _copy_chain(
@@ -272,6 +285,30 @@ class AdaPLDDrafter:
             if nxt:
                 cands.append(_Cand(pb * SEM_SUCC_P, len(cands) - 1, nxt[0], Source.SEMANTIC))
         return bool(alts)
+
+    def _recycle(self, ctx: Context, cands: list[_Cand], room: int) -> None:
+        """Up to ``room`` recycled successors (Token Recycling) for the rows the other drafts
+        leave free where every pass costs the same whatever its size (``ctx.cost.flat``):
+        the top-K the model predicted after the root's token last time, after each of those
+        tokens', and so on for :data:`RECYCLED_DEPTH` levels, breadth first, each level
+        ``RECYCLED_P`` times as likely as its parent and ranked by 1/rank, the first level at
+        the rate :attr:`recycled` (learned like the semantic fallback's). They never
+        displace the other drafts: their estimates rank them among themselves only."""
+        taken = {c.token for c in cands if c.parent == -1}
+        level = [(-1, ctx.tokens[-1], self.recycled.p)]  # (parent, token, p)
+        added = 0
+        for _ in range(RECYCLED_DEPTH):
+            nxt = []
+            for parent, token, p in level:
+                row = [t for t in self.succ.get(token, ()) if parent != -1 or t not in taken]
+                for t, w in zip(row, _rank_weights(len(row)), strict=True):
+                    if added >= room:
+                        return
+                    pt = p * w * (1.0 if parent == -1 else RECYCLED_P)
+                    cands.append(_Cand(pt, parent, t, Source.BRANCH))
+                    nxt.append((len(cands) - 1, t, pt))
+                    added += 1
+            level = nxt
 
     def _lookup(self, ctx: Context, positions: list[int], gain: float, cands: list[_Cand]) -> bool:
         """Whether to compute the top-K at ``positions`` now (one LM-head pass over them):

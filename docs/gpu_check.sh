@@ -47,8 +47,9 @@
 #   6. profile/         torch.profiler over 50 ar steps and 20 adapld passes, graphs
 #                       (docs/gpu_profile.py --modes graphs)
 #   7. canitedit.json   CanItEdit 21-30, ar,hf-pld,adapld: the "5x hf-pld" target
-#   8. ablations.json   CanItEdit 31-40, ar,adapld,adapld-no-semantic,adapld-no-branches:
-#                       what the semantic fallback and branches pay on a GPU
+#   8. ablations.json   CanItEdit 31-40, ar,adapld,adapld-no-semantic,adapld-no-branches,
+#                       adapld-no-recycle: what the semantic fallback, branches and recycled
+#                       successors pay on a GPU
 #   part 3 (~5 minutes)
 #      verify-cost-buckets.log the cost of a pass over n = 1..64 tokens, bucketed static passes
 #      verify-cost-gathered.log the default's pass with its key planes gathered whole each
@@ -167,7 +168,7 @@ elif [ "$part" = 2 ]; then
       "${quick[@]}" --methods ar,hf-pld,adapld --json "$OUT/canitedit.json" \
       --markdown "$OUT/canitedit.md"
     step ablations 150 adapld bench "${model[@]}" --tasks "$tasks" --offset 30 --limit 10 \
-      "${quick[@]}" --methods ar,adapld,adapld-no-semantic,adapld-no-branches \
+      "${quick[@]}" --methods ar,adapld,adapld-no-semantic,adapld-no-branches,adapld-no-recycle \
       --json "$OUT/ablations.json" --markdown "$OUT/ablations.md"
   fi
 elif [ "$part" = 3 ]; then

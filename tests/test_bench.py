@@ -271,6 +271,7 @@ def test_ablations_and_variants_settings():
     assert settings_for("adapld-semantic").semantic is True  # the CPU comparison
     assert settings_for("adapld-no-semantic").semantic is False
     assert settings_for("adapld-no-branches").branches is False
+    assert settings_for("adapld-no-recycle").recycle is False
     assert settings_for("adapld").pass_topk is None and settings_for("adapld-pass-topk").pass_topk
     assert settings_for("hf") is None and "adapld-semantic" in parse_methods("all")
     uniform = AdaPLDSettings(uniform=True)

@@ -152,6 +152,9 @@ def test_free_rows_of_one_shape_take_recycled_successors():
     assert {tree.tokens[i] for i in tree.children[roots[110]].values()} == {120, 121, 122}
     assert set(tree.sources[1:]) == {Source.BRANCH}
     assert len(trees["flat"]) == 1  # teeth: passes that grow with their size recycle nothing
+    ctx = _context(tokens, shape, top_k=3)
+    ctx.record(5, None, [[110, 111, 112]])
+    assert len(_drafter(ctx, branches=True, recycle=False).propose(ctx, 40)) == 1  # ablated
 
     copy = [*BASE, 99, 98, *BASE[:5]]  # a copied chain longer than the step's 30 nodes
     ctx = _context(copy, shape, top_k=3)

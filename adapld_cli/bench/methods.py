@@ -59,6 +59,7 @@ BASELINES: dict[str, int | None] = {"hf": None, "hf-pld": HF_PLD_TOKENS}
 ABLATIONS = {
     "adapld-no-semantic": "semantic",
     "adapld-no-branches": "branches",
+    "adapld-no-recycle": "recycle",
     "adapld-no-cursor": "cursor",
     "adapld-no-rerank": "rerank",
     "adapld-no-adaptive": "adaptive",

@@ -96,7 +96,9 @@ class AdaPLDSettings:
             over a 4,096-row cache was 67 % of a captured pass's GPU time). One captured
             graph per span in use. ``None`` = :data:`SPAN_ROWS` wherever static passes run
             on CUDA, else 0 (:meth:`key_span`).
-        branches / cursor / rerank / adaptive: ablation switches (like ``semantic=False``).
+        branches / recycle / cursor / rerank / adaptive: ablation switches (like
+            ``semantic=False``); ``recycle`` fills the rows a flat pass leaves free with
+            recycled successors (it needs ``branches``).
             With ``adaptive=False`` the drafter always drafts ``max_draft_len`` and the full
             tree.
     """
@@ -121,6 +123,7 @@ class AdaPLDSettings:
     planes: bool | None = None
     span: int | None = None
     branches: bool = True
+    recycle: bool = True
     cursor: bool = True
     rerank: bool = True
     adaptive: bool = True
@@ -166,9 +169,9 @@ class AdaPLDSettings:
         return self.span
 
     def without(self, component: str) -> AdaPLDSettings:
-        """A copy with one component switched off (``semantic``, ``branches``, ``cursor``,
-        ``rerank`` or ``adaptive``), for ablations."""
-        if component not in {"semantic", "branches", "cursor", "rerank", "adaptive"}:
+        """A copy with one component switched off (``semantic``, ``branches``, ``recycle``,
+        ``cursor``, ``rerank`` or ``adaptive``), for ablations."""
+        if component not in {"semantic", "branches", "recycle", "cursor", "rerank", "adaptive"}:
             raise ValueError(f"unknown AdaPLD component: {component}")
         return replace(self, **{component: False})
 

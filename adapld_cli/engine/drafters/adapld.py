@@ -179,10 +179,11 @@ class AdaPLDDrafter:
                 tree.kind = "semantic" if self._semantic(ctx, cands) else tree.kind
         chosen = self._select(ctx, cands, max_nodes)
         recycled = len(cands)
-        if s.branches and ctx.cost.flat and ctx.topk is not None and len(chosen) < max_nodes:
-            self._recycle(ctx, cands, max_nodes - len(chosen))
+        free = max_nodes - len(chosen)
+        if s.branches and s.recycle and ctx.cost.flat and ctx.topk is not None and free > 0:
+            self._recycle(ctx, cands, free)
             extra = sorted(range(recycled, len(cands)), key=lambda i: -cands[i].p)
-            chosen += extra[: max_nodes - len(chosen)]
+            chosen += extra[:free]
         self._build(tree, cands, chosen)
         last = self._last
         last.main_nodes = sum(1 for src in tree.sources if src is Source.LEXICAL)

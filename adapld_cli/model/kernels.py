@@ -14,8 +14,12 @@ bfloat16 kernels, as on AVX2):
   reduced dimension is at most :data:`K_CHUNK` (measured for M = 1..128 on AVX-512 CPUs, in
   float32 on AVX2 too; longer reductions are blocked differently for different M), so a
   wider layer (the MLP's down projection, 4,864 inputs) is summed from fixed chunks in a
-  fixed order. Attention runs each query exactly as a single-token decode step would
-  (:func:`exact_attention`). RMSNorm, RoPE, SiLU and residual adds are per row already.
+  fixed order. On CPUs with AMX tiles, oneDNN's bfloat16 products block the reduction of
+  more than ~384 inputs differently past 32 rows (measured: every M in 33..128 differed for
+  K = 1,536), so there a pass of up to :data:`EXACT_MAX_QUERIES` rows runs in fixed blocks
+  of :data:`AMX_ROW_BLOCK` rows, each bit for bit what its rows get alone. Attention runs
+  each query exactly as a single-token decode step would (:func:`exact_attention`).
+  RMSNorm, RoPE, SiLU and residual adds are per row already.
   Hence a draft-tree pass computes every node's logits bit for bit as plain decoding does,
   in any dtype: greedy speculative decoding is then exactly plain greedy decoding, with no
   near-tie flips.
@@ -43,6 +47,7 @@ ATTENTION = "adapld_exact"  # name registered with transformers' AttentionInterf
 K_CHUNK = 1024  # longest reduction oneDNN keeps batch-invariant (see module docstring)
 EXACT_MAX_QUERIES = 128  # passes up to this many tokens are batch-invariant; longer ones
 # (prefill chunks, identical for every decoding method) use the stock attention
+AMX_ROW_BLOCK = 32  # most rows oneDNN's AMX bfloat16 products keep batch-invariant
 
 
 def resolve_mode(mode: str | None = None) -> str:
@@ -105,7 +110,9 @@ def _packed_linear_class() -> type:
         ``x [..., in_features] -> [..., out_features]`` in the weight's dtype. Inputs wider
         than :data:`K_CHUNK` are reduced in fixed chunks, summed in float32 in chunk order.
         bfloat16 weights on a CPU without oneDNN bfloat16 (AVX2) are packed and computed in
-        float32 (:func:`compute_dtype`), the output rounded to bfloat16 once.
+        float32 (:func:`compute_dtype`), the output rounded to bfloat16 once. Passes of
+        up to :data:`EXACT_MAX_QUERIES` rows run in blocks of :func:`row_block` rows
+        (AMX: longer passes, prefill chunks, need no invariance and run whole).
         """
 
         def __init__(self, linear: torch.nn.Module) -> None:
@@ -117,6 +124,7 @@ def _packed_linear_class() -> type:
             self.dtype = w.dtype
             self.compute = compute_dtype(w.dtype)
             self.bias = None if linear.bias is None else linear.bias.detach().clone()
+            self.rows = row_block(self.compute)  # [M, in] blocks of a pass; 0 = whole
             self.chunks: list[tuple[int, int, torch.Tensor]] = []  # (start, end, packed)
             for s in range(0, self.in_features, K_CHUNK):
                 e = min(s + K_CHUNK, self.in_features)
@@ -126,6 +134,15 @@ def _packed_linear_class() -> type:
         def forward(self, x: torch.Tensor) -> torch.Tensor:
             shape = x.shape
             x2 = x.reshape(-1, shape[-1]).to(self.compute)  # [M, in]
+            m, rows = x2.shape[0], self.rows
+            if rows and rows < m <= EXACT_MAX_QUERIES:
+                y = torch.cat([self._product(x2[i : i + rows]) for i in range(0, m, rows)])
+            else:
+                y = self._product(x2)
+            return y.reshape(*shape[:-1], self.out_features)
+
+        def _product(self, x2: torch.Tensor) -> torch.Tensor:
+            """``x2 [M, in]`` (compute dtype) -> ``[M, out]`` in the weight's dtype."""
             run = torch.ops.mkldnn._linear_pointwise
             if len(self.chunks) == 1:
                 bias = None if self.bias is None else self.bias.to(self.compute)
@@ -138,7 +155,7 @@ def _packed_linear_class() -> type:
                 if self.bias is not None:
                     acc.add_(self.bias.float())
                 y = acc.to(self.dtype)
-            return y.to(self.dtype).reshape(*shape[:-1], self.out_features)
+            return y.to(self.dtype)
 
         def extra_repr(self) -> str:
             return (
@@ -158,6 +175,19 @@ def compute_dtype(dtype: Any) -> Any:
     if dtype == torch.bfloat16 and not torch.ops.mkldnn._is_mkldnn_bf16_supported():
         return torch.float32
     return dtype
+
+
+def row_block(compute: Any) -> int:
+    """The rows a ``PackedLinear`` computing in ``compute`` runs a pass in (0 = the whole
+    pass at once): :data:`AMX_ROW_BLOCK` for bfloat16 on a CPU with AMX tiles (or where torch
+    cannot say), else 0 (oneDNN's AVX-512 and AVX2 kernels were batch-invariant for every M
+    up to 128)."""
+    import torch
+
+    if compute != torch.bfloat16:
+        return 0
+    amx = getattr(torch.cpu, "_is_amx_tile_supported", None)
+    return AMX_ROW_BLOCK if amx is None or amx() else 0
 
 
 _PACKED: type | None = None

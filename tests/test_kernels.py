@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import random
 from collections import Counter
+from pathlib import Path
 
 import pytest
 import torch
@@ -114,6 +115,14 @@ def test_tree_rows_bitwise_equal_sequential_rows(arch, dtype, quantized, tree):
     assert tree_vs_sequential(model, prefix, tokens, parents) == (len(parents), 0.0)
 
 
+def _amx() -> bool:
+    """Whether this CPU has AMX tiles (its flags as Linux lists them)."""
+    try:
+        return "amx_tile" in Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+
+
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_packed_linear_close_to_linear_and_batch_invariant(dtype):
     """Every row count up to the longest exact pass (beyond the widest draft tree) gives each
@@ -138,6 +147,16 @@ def test_packed_linear_close_to_linear_and_batch_invariant(dtype):
         assert out.dtype == dtype and out.shape == (rows, n)
         assert torch.allclose(out.float(), ref, atol=tol * ref.abs().max().item(), rtol=0)
         assert packed(x[None]).shape == (1, rows, n)  # leading dims kept
+    # the row blocks AMX CPUs take, on any CPU: blocks joined in order, longer passes whole
+    packed = kernels.packed_linear_class()(torch.nn.Linear(2500, 96).to(dtype))
+    x = torch.randn(rows + 8, 2500).to(dtype)
+    with torch.inference_mode():
+        whole = packed(x)  # longer than an exact pass: one product
+        packed.rows = kernels.AMX_ROW_BLOCK
+        assert torch.equal(packed(x), whole)
+        assert torch.equal(packed(x[:rows]), torch.cat([packed(x[i : i + 1]) for i in range(rows)]))
+    expected = kernels.AMX_ROW_BLOCK if dtype == torch.bfloat16 and _amx() else 0
+    assert kernels.row_block(packed.compute) == expected
     conv = Conv1D(40, 64).to(dtype)  # GPT-2's linear layer, weight stored [in, out]
     packed = kernels.packed_linear_class()(conv)
     x = torch.randn(rows, 64).to(dtype)

@@ -296,3 +296,6 @@ def test_interrupted_run_keeps_rows_and_exits_130(tiny_models, tmp_path):
     assert doc["reference_pass"] == {} and doc["problems"] == []  # stopped in 1_blocks' tests
     assert doc["meta"]["instruction"] == "descriptive" and doc["meta"]["tasks_file"] == str(tasks)
     assert doc["meta"]["baseline_model"] is None and "load_average_start" in doc["meta"]
+    from adapld_cli.bench.meta import cpu_isa
+
+    assert doc["meta"]["cpu_isa"] == cpu_isa()  # e.g. AVX512+AMX: where numbers came from

@@ -58,6 +58,18 @@ def cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
+def cpu_isa() -> str:
+    """The vector instructions torch's CPU kernels use (``AVX512``, ``AVX2`` ...), with
+    ``+AMX`` where the CPU has AMX tiles (oneDNN's bfloat16 products differ there: the exact
+    kernels run them in blocks of rows, docs/design.md)."""
+    import torch
+
+    from adapld_cli.model.kernels import has_amx
+
+    isa = torch.backends.cpu.get_cpu_capability()
+    return f"{isa}+AMX" if has_amx() else isa
+
+
 def run_meta(
     loaded: Any,
     *,
@@ -97,6 +109,7 @@ def run_meta(
         "transformers": transformers.__version__,
         "torch_threads": torch.get_num_threads(),
         "cpu": cpu_name(),
+        "cpu_isa": cpu_isa(),
         "cpu_count": os.cpu_count(),
         "load_average_start": load_start,
         "load_average_end": load_average(),

@@ -186,8 +186,15 @@ def row_block(compute: Any) -> int:
 
     if compute != torch.bfloat16:
         return 0
-    amx = getattr(torch.cpu, "_is_amx_tile_supported", None)
-    return AMX_ROW_BLOCK if amx is None or amx() else 0
+    return AMX_ROW_BLOCK if has_amx() is not False else 0
+
+
+def has_amx() -> bool | None:
+    """Whether this CPU has AMX tiles, as torch sees it (None where torch cannot say)."""
+    import torch
+
+    probe = getattr(torch.cpu, "_is_amx_tile_supported", None)
+    return None if probe is None else bool(probe())
 
 
 _PACKED: type | None = None

@@ -155,6 +155,15 @@ def test_free_rows_of_one_shape_take_recycled_successors():
     ctx = _context(tokens, shape, top_k=3)
     ctx.record(5, None, [[110, 111, 112]])
     assert len(_drafter(ctx, branches=True, recycle=False).propose(ctx, 40)) == 1  # ablated
+    # the model takes a recycled successor: the recycling rate learns it, the first-token
+    # alternatives' rate (none were drafted) is left alone
+    drafter = _drafter(ctx, branches=True)
+    tree = drafter.propose(ctx, 40)
+    node = next(i for i in tree.children[0].values() if tree.tokens[i] == 111)
+    before = (drafter.recycled.p, drafter.branch.p)
+    ctx.tokens.extend([111, 120])
+    drafter.feedback(ctx, tree, [0, node], [111, 120])
+    assert drafter.recycled.p > before[0] and drafter.branch.p == before[1]
 
     copy = [*BASE, 99, 98, *BASE[:5]]  # a copied chain longer than the step's 30 nodes
     ctx = _context(copy, shape, top_k=3)

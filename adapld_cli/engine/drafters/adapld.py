@@ -68,6 +68,7 @@ class _Last:
     main_nodes: int = 0  # copied-chain nodes actually verified
     chain_first: int | None = None  # first token of the proposed chain (verified or not)
     sem_first: frozenset[int] = frozenset()  # proposed depth-1 semantic tokens
+    branch_first: frozenset[int] = frozenset()  # proposed first-token alternatives
     recycled_first: frozenset[int] = frozenset()  # proposed depth-1 recycled successors
 
 
@@ -112,7 +113,6 @@ class AdaPLDDrafter:
         root_pos = len(ctx.tokens) - len(emitted) - 1
         last = self._last
         accepted = [tree.sources[i] for i in path[1:]]
-        first = accepted[0] if accepted else Source.MODEL
         k_main = sum(1 for src in accepted if src is Source.LEXICAL)
         rate = self.cursor_rate if last.fallback else self.lex[(self.prev_ok, last.at_cursor)]
         if last.main_nodes:
@@ -126,8 +126,9 @@ class AdaPLDDrafter:
         if last.chain_first is not None and not last.fallback:
             self.prev_ok = k_main > 0
         if k_main == 0:
-            if Source.BRANCH in tree.sources:
-                self.branch.update(float(first is Source.BRANCH), 1.0)
+            verified = {tree.tokens[i] for i in tree.children[0].values()} & last.branch_first
+            if verified:  # first-token alternatives verified (recycled successors aside)
+                self.branch.update(float(emitted[0] in verified), 1.0)
             if last.sem_first:  # verified or not: did the model pick a semantic candidate?
                 self.sem.update(float(emitted[0] in last.sem_first), 1.0)
             if last.recycled_first:
@@ -190,6 +191,7 @@ class AdaPLDDrafter:
         roots = [c for c in cands[:recycled] if c.parent == -1]
         last.chain_first = next((c.token for c in roots if c.source is Source.LEXICAL), None)
         last.sem_first = frozenset(c.token for c in roots if c.source is Source.SEMANTIC)
+        last.branch_first = frozenset(c.token for c in roots if c.source is Source.BRANCH)
         last.recycled_first = frozenset(c.token for c in cands[recycled:] if c.parent == -1)
         return tree
 

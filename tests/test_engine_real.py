@@ -12,7 +12,7 @@ import torch
 from adapld_cli.engine import AdaPLDSettings, GenerationConfig, generate
 from adapld_cli.model import kernels
 from tests.test_engine_lossless import _final_caches
-from tests.test_kernels import PARENTS, tree_vs_sequential
+from tests.test_kernels import PARENTS, WIDEST, dfs_tree, tree_vs_sequential
 
 pytestmark = pytest.mark.real
 
@@ -45,12 +45,17 @@ def test_tree_rows_bitwise_equal_plain_decoding_fp32_bf16(embedded):
 
     gen = torch.Generator().manual_seed(0)
     prefix = torch.randint(0, 20000, (300,), generator=gen).tolist()
-    tokens = torch.randint(0, 20000, (len(PARENTS),), generator=gen).tolist()
+    # a 17-node tree and the widest pass the engine makes (65 rows: past the 32-row blocks
+    # AMX CPUs run bfloat16 products in)
+    trees = [PARENTS, dfs_tree(WIDEST, seed=0)]
+    tokens = torch.randint(0, 20000, (WIDEST,), generator=gen).tolist()
     models = {embedded.dtype: embedded.model}
     for dtype in ("float32", "bfloat16"):
         model = models.get(dtype) or load(device="cpu", dtype=dtype).model
         require_exact_kernels(model)
-        assert tree_vs_sequential(model, prefix, tokens, PARENTS) == (len(PARENTS), 0.0), dtype
+        for parents in trees:
+            n = len(parents)
+            assert tree_vs_sequential(model, prefix, tokens[:n], parents) == (n, 0.0), (dtype, n)
         del model
 
 

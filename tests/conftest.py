@@ -190,9 +190,12 @@ def _clean_env(request, monkeypatch, tmp_path_factory):
     empty model cache (``ADAPLD_HOME``), so nothing reaches the user's converted model; real
     tests keep the user's cache (converting an embedded model takes about a minute) and run on
     ``coder-0.5b`` (``ADAPLD_MODEL``, inherited by subprocesses) unless marked
-    ``default_model``, which leaves the default (``coder-1.5b``) in charge."""
+    ``default_model``, which leaves the default (``coder-1.5b``) in charge. Every test gets
+    its own undo journal (``ADAPLD_JOURNAL``, inherited by subprocesses): the edits of real
+    tests, hooks included, must not push the user's own runs out of theirs."""
     for var in ("PRE_COMMIT", "CI", "NO_COLOR", "ADAPLD_MODEL", "FORCE_COLOR"):
         monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("ADAPLD_JOURNAL", str(tmp_path_factory.mktemp("home") / "journal"))
     real = request.node.get_closest_marker("real") is not None
     if not real and "ADAPLD_HOME" not in os.environ:
         monkeypatch.setenv("ADAPLD_HOME", str(tmp_path_factory.getbasetemp() / "adapld-home"))

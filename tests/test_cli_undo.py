@@ -174,3 +174,27 @@ def test_force_restores_a_read_only_file(home, work):
     assert r.exit_code == 1 and "a.py: left alone — read-only now" in r.stderr
     r = undo("1", "--force")
     assert r.exit_code == 0 and a.read_bytes() == b"original\n"
+
+
+def test_list_into_a_closed_pipe_is_no_journal_error(home, work):
+    """`adapld undo --list | head -1`: the reader gone is not "cannot read the undo journal"
+    (it was: the list's printing sat inside the journal's error handler)."""
+    import os
+    import subprocess
+    import sys
+
+    journalled("x", (make(work, "a.py"), b"new\n"))
+    read, write = os.pipe()
+    os.close(read)  # the reader is gone before the first line
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "adapld_cli", "undo", "--list"],
+            stdout=write,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=120,
+        )
+    finally:
+        os.close(write)
+    assert "undo journal" not in proc.stderr
+    assert proc.returncode == 1  # click's exit for a closed stdout

@@ -6,12 +6,14 @@ import json
 import multiprocessing
 import os
 import stat
+from pathlib import Path
 
 import pytest
 
 from adapld_cli.edit.errors import ChangedOnDiskError, JournalError, UndoError
 from adapld_cli.edit.journal import Journal, journal_dir
 from adapld_cli.edit.source import read_source
+from adapld_cli.model.paths import cache_dir
 
 
 @pytest.fixture
@@ -41,9 +43,20 @@ def edit(journal, instruction, *pairs):
 
 
 def test_journal_dir_follows_adapld_home(monkeypatch, tmp_path):
+    monkeypatch.delenv("ADAPLD_JOURNAL")
     monkeypatch.setenv("ADAPLD_HOME", str(tmp_path / "h"))
     assert journal_dir() == tmp_path / "h" / "journal"
     assert Journal().root == tmp_path / "h" / "journal"
+    monkeypatch.setenv("ADAPLD_JOURNAL", str(tmp_path / "own"))
+    assert Journal().root == tmp_path / "own"
+
+
+def test_the_suite_never_writes_the_users_journal(tmp_path):
+    """conftest gives every test its own journal (a run of the suite made 8 runs in the
+    user's, which keeps 20: three runs of the suite and their own undo history was gone)."""
+
+    assert journal_dir() != cache_dir() / "journal"
+    assert journal_dir() == Path(os.environ["ADAPLD_JOURNAL"])
 
 
 def test_begin_alone_leaves_no_entry(journal):

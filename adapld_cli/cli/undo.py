@@ -31,7 +31,8 @@ HELP = (
 EPILOG = (
     "Exit codes: 0 all files restored; 1 some files left alone (changed since the edit); "
     "2 bad usage (empty journal, no such run). The journal keeps the last 20 runs (at most "
-    "200 MB) under $ADAPLD_HOME/journal (default ~/.cache/adapld/journal)."
+    "200 MB) under $ADAPLD_JOURNAL (default $ADAPLD_HOME/journal, else "
+    "~/.cache/adapld/journal)."
 )
 
 RunArg = Annotated[
@@ -79,15 +80,16 @@ def undo(
     if list_runs and n is not None:
         _fail("--list takes no run number (adapld undo N restores run N)")
     journal = Journal()
-    try:
-        if list_runs:
-            _print_list(journal.list_runs(), as_json)
-            return
-        report = journal.undo(n, force=force)
+    try:  # the journal's errors only: a closed stdout (`| head`) is click's to handle
+        runs = journal.list_runs() if list_runs else None
+        report = None if list_runs else journal.undo(n, force=force)
     except EditError as exc:
         _fail(str(exc), exc.exit_code)
     except OSError as exc:
         _fail(f"cannot read the undo journal in {journal.root}: {exc.strerror or exc}")
+    if runs is not None:
+        _print_list(runs, as_json)
+        return
     _print_report(report)
     raise typer.Exit(report.exit_code)
 

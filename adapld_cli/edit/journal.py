@@ -20,7 +20,8 @@ Contract:
   run not yet undone.
 - Bounded: at most ``max_runs`` runs (20) and ``max_bytes`` (200 MB) of stored originals;
   the oldest runs are dropped first (the run being recorded is never dropped).
-- Layout under ``<cache_dir>/journal`` (``$ADAPLD_HOME`` or ``~/.cache/adapld``)::
+- Layout under :func:`journal_dir` (``$ADAPLD_JOURNAL``, else ``<cache_dir>/journal``:
+  ``$ADAPLD_HOME/journal`` or ``~/.cache/adapld/journal``)::
 
       journal.lock                 # filelock: one process changes the journal at a time
       runs/<id>/run.json           # time, cwd, instruction, files, undone
@@ -69,9 +70,15 @@ LOCK_TIMEOUT_S = 30.0
 _FORMAT = 1
 
 
+ENV_JOURNAL = "ADAPLD_JOURNAL"
+
+
 def journal_dir() -> Path:
-    """``<cache_dir>/journal``: where the undo journal lives (not created here)."""
-    return cache_dir() / "journal"
+    """Where the undo journal lives (not created here): ``$ADAPLD_JOURNAL`` if set, else
+    ``<cache_dir>/journal``. The test suite sets it per test, so its edits never push a
+    user's own runs out of the journal (it keeps the last :data:`MAX_RUNS`)."""
+    own = os.environ.get(ENV_JOURNAL)
+    return Path(own).expanduser() if own else cache_dir() / "journal"
 
 
 @dataclass(frozen=True)

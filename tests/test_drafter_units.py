@@ -138,7 +138,7 @@ def test_free_rows_of_one_shape_take_recycled_successors():
     tokens = [*base, 200, 201, 105]  # no n-gram hit; the root 105 followed position 5 before
     shape = StubCost(lambda n: 1.0, flat=80)  # uniform passes of 80 rows
     trees = {}
-    for name, cost in (("shape", shape), ("flat", FLAT)):
+    for name, cost in (("shape", shape), ("free", FLAT), ("steep", STEEP)):
         ctx = _context(tokens, cost, top_k=3)
         ctx.record(5, None, [[110, 111, 112]])  # predicted after 105 last time
         ctx.record(10, None, [[120, 121, 122]])  # ... after 110
@@ -151,7 +151,10 @@ def test_free_rows_of_one_shape_take_recycled_successors():
     assert set(roots) == {110, 111, 112}
     assert {tree.tokens[i] for i in tree.children[roots[110]].values()} == {120, 121, 122}
     assert set(tree.sources[1:]) == {Source.BRANCH}
-    assert len(trees["flat"]) == 1  # teeth: passes that grow with their size recycle nothing
+    # where a pass costs by its size (a CPU) a no-hit step's recycled successors are weighed
+    # like any draft: free verification takes them all, a pass they cannot pay for none
+    assert trees["free"].tokens == tree.tokens and trees["free"].parents == tree.parents
+    assert len(trees["steep"]) == 1
     ctx = _context(tokens, shape, top_k=3)
     ctx.record(5, None, [[110, 111, 112]])
     assert len(_drafter(ctx, branches=True, recycle=False).propose(ctx, 40)) == 1  # ablated
@@ -178,3 +181,7 @@ def test_free_rows_of_one_shape_take_recycled_successors():
     roots = {tree.tokens[i]: tree.sources[i] for i in tree.children[0].values()}
     assert roots == {15: Source.LEXICAL, 70: Source.BRANCH, 71: Source.BRANCH, 72: Source.BRANCH}
     assert tree.num_drafts == 13  # the whole chain, and the free rows recycled
+    ctx = _context(short, FLAT, top_k=3)
+    ctx.record(9, None, [[70, 71, 72]])
+    tree = _drafter(ctx, branches=True).propose(ctx, 40)  # a pass that grows with its size:
+    assert {tree.tokens[i] for i in tree.children[0].values()} == {15}  # a hit recycles nothing

@@ -97,8 +97,9 @@ class AdaPLDSettings:
             graph per span in use. ``None`` = :data:`SPAN_ROWS` wherever static passes run
             on CUDA, else 0 (:meth:`key_span`).
         branches / recycle / cursor / rerank / adaptive: ablation switches (like
-            ``semantic=False``); ``recycle`` fills the rows a flat pass leaves free with
-            recycled successors (it needs ``branches``).
+            ``semantic=False``); ``recycle``: recycled successors fill the rows a flat
+            pass leaves free, and compete for a no-hit step's nodes where passes cost by
+            their size (it needs ``branches``).
             With ``adaptive=False`` the drafter always drafts ``max_draft_len`` and the full
             tree.
     """

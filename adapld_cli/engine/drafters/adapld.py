@@ -178,10 +178,13 @@ class AdaPLDDrafter:
                 and ctx.pending >= 2
             ):
                 tree.kind = "semantic" if self._semantic(ctx, cands) else tree.kind
-        chosen = self._select(ctx, cands, max_nodes)
+        recycle = s.branches and s.recycle and ctx.topk is not None
         recycled = len(cands)
+        if recycle and not ctx.cost.flat and not hits:  # weighed like every other draft
+            self._recycle(ctx, cands, max_nodes)
+        chosen = self._select(ctx, cands, max_nodes)
         free = max_nodes - len(chosen)
-        if s.branches and s.recycle and ctx.cost.flat and ctx.topk is not None and free > 0:
+        if recycle and ctx.cost.flat and free > 0:
             self._recycle(ctx, cands, free)
             extra = sorted(range(recycled, len(cands)), key=lambda i: -cands[i].p)
             chosen += extra[:free]
@@ -290,13 +293,15 @@ class AdaPLDDrafter:
         return bool(alts)
 
     def _recycle(self, ctx: Context, cands: list[_Cand], room: int) -> None:
-        """Up to ``room`` recycled successors (Token Recycling) for the rows the other drafts
-        leave free where every pass costs the same whatever its size (``ctx.cost.flat``):
-        the top-K the model predicted after the root's token last time, after each of those
-        tokens', and so on for :data:`RECYCLED_DEPTH` levels, breadth first, each level
-        ``RECYCLED_P`` times as likely as its parent and ranked by 1/rank, the first level at
-        the rate :attr:`recycled` (learned like the semantic fallback's). They never
-        displace the other drafts: their estimates rank them among themselves only."""
+        """Up to ``room`` recycled successors (Token Recycling): the top-K the model
+        predicted after the root's token last time, after each of those tokens', and so on
+        for :data:`RECYCLED_DEPTH` levels, breadth first, each level ``RECYCLED_P`` times as
+        likely as its parent and ranked by 1/rank, the first level at the rate
+        :attr:`recycled` (learned like the semantic fallback's). Where every pass costs the
+        same whatever its size (``ctx.cost.flat``) they fill the rows the other drafts leave
+        free and never displace those (their estimates rank them among themselves only);
+        where a pass costs by its size (a CPU) a step with no lexical hit weighs them with
+        its other candidates (a cursor chain, the semantic fallback's) by the cost model."""
         taken = {c.token for c in cands if c.parent == -1}
         level = [(-1, ctx.tokens[-1], self.recycled.p)]  # (parent, token, p)
         added = 0

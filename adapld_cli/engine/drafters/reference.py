@@ -4,8 +4,10 @@
 and also looks the context's last tokens up in the reference (n-grams of 3, 2, then 1
 tokens). The reference's chain replaces the wrapped drafter's tree when the reference is
 being followed (the match lies where the previous reference chain left off) or when the
-wrapped drafter found nothing. Either way the tree is verified like any other, so the output
-is still exactly plain decoding's; the reference only decides how much each pass accepts.
+wrapped drafter found nothing to copy (no n-gram hit in the context: its guesses then, a
+cursor chain, recycled or semantic candidates, give way to the reference's). Either way
+the tree is verified like any other, so the output is still exactly plain decoding's; the
+reference only decides how much each pass accepts.
 The wrapped drafter sees every step's feedback (its index and statistics stay current).
 """
 
@@ -46,7 +48,7 @@ class WithReference:
         tree = self.inner.propose(ctx, max_nodes)
         self._used = None
         hit, aligned = self._match(ctx.tokens)
-        if hit is None or max_nodes <= 0 or not (aligned or tree.num_drafts == 0):
+        if hit is None or max_nodes <= 0 or not (aligned or tree.kind != "lexical"):
             return tree
         chain = self.index.tokens[hit + 1 : hit + 1 + min(REFERENCE_CHAIN, max_nodes)]
         if not chain:

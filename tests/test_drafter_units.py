@@ -93,6 +93,26 @@ def test_cursor_wins_over_the_latest_occurrence():
     assert _chain(drafter.propose(ctx, 3))[0] == 80
 
 
+def test_a_failed_copy_away_from_the_cursor_leaves_the_cursor():
+    """A rename's new name also occurs in the instruction: its n-gram hit there (far from the
+    cursor) drafts what followed it in the instruction and fails at the first token. The
+    cursor (where the file is being copied) then stays aligned with the output instead of
+    jumping to the instruction (it did, and the next no-hit step's cursor chain copied the
+    instruction); an accepted copy still moves it."""
+    tokens = [*range(100, 160), 60, 61, 62, 63, 92, 93, 5, 60, 61, 62, 63]
+    q, cursor = 63, 5  # the hit's end (its chain: 92, 93, ...), far from the cursor
+    for path, emitted, moved_to in (([0], [70], cursor + 1), ([0, 1], [92, 71], q + 2)):
+        ctx = _context(tokens, FLAT)
+        drafter = _drafter(ctx)
+        drafter.cursor = cursor
+        tree = drafter.propose(ctx, 3)
+        assert drafter._last.q == q and not drafter._last.at_cursor
+        assert _chain(tree) == [92, 93, 5]
+        ctx.tokens.extend(emitted)
+        drafter.feedback(ctx, tree, path, emitted)
+        assert drafter.cursor == moved_to, emitted
+
+
 def test_low_rate_recovers_after_skipped_drafts():
     """Rates start far too low for a draft to pay; the model keeps emitting exactly what the
     copy predicts, so the rates climb and drafting resumes within a few steps."""

@@ -133,8 +133,10 @@ class AdaPLDDrafter:
                 self.sem.update(float(emitted[0] in last.sem_first), 1.0)
             if last.recycled_first:
                 self.recycled.update(float(emitted[0] in last.recycled_first), 1.0)
-        # the copy source advances with the output, one token per emitted token
-        base = last.q if last.q >= 0 else self.cursor
+        # the copy source advances with the output, one token per emitted token; a source
+        # away from the cursor whose first token failed does not take the cursor with it
+        moved = last.q >= 0 and (k_main > 0 or last.at_cursor or self.cursor is None)
+        base = last.q if moved else self.cursor
         self.cursor = None if base is None else base + len(emitted)
         self.index.extend(emitted)
         self._learn_successors(ctx, root_pos, root_pos + len(path))

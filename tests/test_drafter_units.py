@@ -113,6 +113,52 @@ def test_a_failed_copy_away_from_the_cursor_leaves_the_cursor():
         assert drafter.cursor == moved_to, emitted
 
 
+def test_the_cursor_chain_branches_off_a_copy_from_elsewhere():
+    """The copy source lies away from the edit cursor (a renamed name's hit in the
+    instruction): the cursor's own chain joins the tree where the two chains part, and when
+    the model follows it the cursor keeps its place and its rate learns."""
+    instruction = [60, 61, 62, 63, 92, 93, 94]  # positions 60..66: the hit ends at 63
+    tokens = [*range(100, 160), *instruction, 5, 60, 61, 62, 63]
+    cursor = 20  # aligned with the pending 63: the file goes on 121, 122, ...
+    ctx = _context(tokens, FLAT)
+    drafter = _drafter(ctx, branches=True)
+    drafter.cursor, drafter.cursor_rate = cursor, Rate(0.9)
+    tree = drafter.propose(ctx, 8)
+    roots = {tree.tokens[i]: i for i in tree.children[0].values()}
+    assert drafter._last.q == 63 and set(roots) == {92, 121}
+    assert tree.sources[roots[92]] is Source.LEXICAL and tree.sources[roots[121]] is Source.BRANCH
+    branch = [roots[121], *tree.children[roots[121]].values()]
+    assert [tree.tokens[i] for i in branch] == [121, 122]
+    before = drafter.cursor_alt.p
+    emitted = [121, 122, 999]  # the model follows the file
+    ctx.tokens.extend(emitted)
+    drafter.feedback(ctx, tree, [0, *branch], emitted)
+    assert drafter.cursor == cursor + 3 and drafter.cursor_alt.p > before and drafter.prev_ok
+
+    # the chains agree on two tokens, then part: the branch hangs off the second
+    tokens = [*range(100, 160), 60, 61, 62, 63, 121, 122, 94, 5, 60, 61, 62, 63]
+    ctx = _context(tokens, FLAT)
+    drafter = _drafter(ctx, branches=True)
+    drafter.cursor = cursor
+    tree = drafter.propose(ctx, 8)
+    assert drafter._last.cursor_depth == 2 and drafter._last.cursor_token == 123
+    node = {tree.tokens[i]: i for i in tree.children[0].values()}[121]
+    node = tree.children[node][122]
+    assert set(tree.children[node]) == {94, 123}
+    emitted = [121, 122, 123, 999]  # two tokens both chains copy, then the file's
+    ctx.tokens.extend(emitted)
+    path = [0, tree.children[0][121], node, tree.children[node][123]]
+    drafter.feedback(ctx, tree, path, emitted)
+    assert drafter.cursor == cursor + 4  # not the instruction's 63 + 4
+    # teeth: no branch at the cursor itself, nor with the cursor or branches switched off
+    for kw, at in (({}, 62), ({"cursor": False}, cursor), ({"branches": False}, cursor)):
+        ctx = _context(tokens, FLAT)
+        drafter = _drafter(ctx, **{"branches": True, **kw})
+        drafter.cursor = at
+        tree = drafter.propose(ctx, 8)
+        assert tree.is_chain and drafter._last.cursor_depth == -1, kw
+
+
 def test_low_rate_recovers_after_skipped_drafts():
     """Rates start far too low for a draft to pay; the model keeps emitting exactly what the
     copy predicts, so the rates climb and drafting resumes within a few steps."""

@@ -70,6 +70,10 @@ class _Last:
     sem_first: frozenset[int] = frozenset()  # proposed depth-1 semantic tokens
     branch_first: frozenset[int] = frozenset()  # proposed first-token alternatives
     recycled_first: frozenset[int] = frozenset()  # proposed depth-1 recycled successors
+    # the edit cursor's chain where it leaves the main chain (:meth:`_cursor_branch`)
+    cursor_depth: int = -1  # depth it leaves at (-1 = none drafted)
+    cursor_token: int = -1  # its token there
+    cursor_nodes: frozenset[int] = frozenset()  # its verified tree nodes
 
 
 class AdaPLDDrafter:
@@ -98,6 +102,7 @@ class AdaPLDDrafter:
         self.branch = Rate(0.3)  # a branch is right given the chain's first token failed
         self.sem = Rate(0.2)  # a semantic tree yields an accepted token
         self.cursor_rate = Rate(0.3)  # per-token acceptance of a cursor chain with no n-gram hit
+        self.cursor_alt = Rate(0.5)  # the cursor's token is right where the two chains part
         self.recycled = Rate(0.2)  # a recycled successor of the root is the model's next token
         self._last = _Last()
 
@@ -114,6 +119,7 @@ class AdaPLDDrafter:
         last = self._last
         accepted = [tree.sources[i] for i in path[1:]]
         k_main = sum(1 for src in accepted if src is Source.LEXICAL)
+        k_cursor = self._cursor_feedback(path, emitted, k_main)
         rate = self.cursor_rate if last.fallback else self.lex[(self.prev_ok, last.at_cursor)]
         if last.main_nodes:
             failed = 1 if k_main < last.main_nodes else 0
@@ -124,7 +130,7 @@ class AdaPLDDrafter:
             k_main = int(emitted[0] == last.chain_first)
             rate.update(k_main, 1.0)
         if last.chain_first is not None and not last.fallback:
-            self.prev_ok = k_main > 0
+            self.prev_ok = k_main > 0 or k_cursor > 0
         if k_main == 0:
             verified = {tree.tokens[i] for i in tree.children[0].values()} & last.branch_first
             if verified:  # first-token alternatives verified (recycled successors aside)
@@ -134,12 +140,29 @@ class AdaPLDDrafter:
             if last.recycled_first:
                 self.recycled.update(float(emitted[0] in last.recycled_first), 1.0)
         # the copy source advances with the output, one token per emitted token; a source
-        # away from the cursor whose first token failed does not take the cursor with it
-        moved = last.q >= 0 and (k_main > 0 or last.at_cursor or self.cursor is None)
+        # away from the cursor whose first token failed, or that the cursor's chain
+        # overtook, does not take the cursor with it
+        moved = last.q >= 0 and k_cursor == 0
+        moved = moved and (k_main > 0 or last.at_cursor or self.cursor is None)
         base = last.q if moved else self.cursor
         self.cursor = None if base is None else base + len(emitted)
         self.index.extend(emitted)
         self._learn_successors(ctx, root_pos, root_pos + len(path))
+
+    def _cursor_feedback(self, path: list[int], emitted: list[int], k_main: int) -> int:
+        """Learn :attr:`cursor_alt` from a step whose output reached the point where the
+        cursor's chain left the main chain (verified there or not: which one did the model
+        follow?); returns how many of the cursor chain's nodes were accepted."""
+        last = self._last
+        d = last.cursor_depth
+        if d < 0 or k_main < d:
+            return 0
+        self.cursor_alt.update(float(emitted[d] == last.cursor_token), 1.0)
+        k_cursor = sum(1 for i in path[1:] if i in last.cursor_nodes)
+        if k_cursor:
+            failed = 1 if k_cursor < len(last.cursor_nodes) else 0
+            self.cursor_rate.update(k_cursor - 1, k_cursor - 1 + failed)
+        return k_cursor
 
     def _learn_successors(self, ctx: Context, start: int, end: int) -> None:
         """Token-Recycling table: token at position j -> top-K predicted at j."""
@@ -160,6 +183,7 @@ class AdaPLDDrafter:
         if max_nodes <= 0:
             return tree
         cands: list[_Cand] = []
+        cursor_cands: list[int] = []  # the cursor's chain, where it leaves the main chain
         _, hits = self.index.longest_match()
         if hits:
             tree.kind = "lexical"
@@ -167,6 +191,8 @@ class AdaPLDDrafter:
             self._last = _Last(q=q, at_cursor=at_cursor)
             alpha = self.lex[(self.prev_ok, at_cursor)].p
             self._copy_chain(ctx, q, alpha, cands, max_nodes)
+            if s.branches and s.cursor and not at_cursor and cands:
+                cursor_cands = self._cursor_branch(ctx, cands, max_nodes)
             if s.branches and cands and ctx.topk is not None:
                 self._branches(ctx, q, alpha, cands)
         else:
@@ -190,10 +216,12 @@ class AdaPLDDrafter:
             self._recycle(ctx, cands, free)
             extra = sorted(range(recycled, len(cands)), key=lambda i: -cands[i].p)
             chosen += extra[:free]
-        self._build(tree, cands, chosen)
+        where = self._build(tree, cands, chosen)
         last = self._last
         last.main_nodes = sum(1 for src in tree.sources if src is Source.LEXICAL)
-        roots = [c for c in cands[:recycled] if c.parent == -1]
+        last.cursor_nodes = frozenset(where[i] for i in cursor_cands if i in where)
+        own = set(cursor_cands)
+        roots = [c for i, c in enumerate(cands[:recycled]) if c.parent == -1 and i not in own]
         last.chain_first = next((c.token for c in roots if c.source is Source.LEXICAL), None)
         last.sem_first = frozenset(c.token for c in roots if c.source is Source.SEMANTIC)
         last.branch_first = frozenset(c.token for c in roots if c.source is Source.BRANCH)
@@ -210,6 +238,34 @@ class AdaPLDDrafter:
             p *= alpha
             cands.append(_Cand(p, parent, t, Source.LEXICAL))
             parent = len(cands) - 1
+
+    def _cursor_branch(self, ctx: Context, cands: list[_Cand], max_nodes: int) -> list[int]:
+        """Where the copy source lies away from the edit cursor (a rename's new name also
+        occurs in the instruction, or earlier in the output), the cursor's own chain too,
+        branching off the main chain (``cands``, just drafted) where the two part: its
+        first token :attr:`cursor_alt` times as likely as the main chain's node before
+        (learned from which chain the model followed there), each next one
+        :attr:`cursor_rate` times its parent's. Returns its candidates' indices (none where
+        the chains agree)."""
+        c = self.cursor
+        if c is None or not 0 <= c < ctx.pending:
+            return []
+        src = ctx.tokens[c + 1 : c + 1 + min(self.s.max_draft_len, max_nodes)]
+        n = min(len(src), len(cands))
+        d = next((i for i in range(n) if cands[i].token != src[i]), n)  # where they part
+        if d == n:
+            return []
+        last = self._last
+        last.cursor_depth, last.cursor_token = d, src[d]
+        parent = d - 1  # the main chain's node before they part (-1: the root)
+        p = (cands[parent].p if d else 1.0) * self.cursor_alt.p
+        added = []
+        for t in src[d:]:
+            cands.append(_Cand(p, parent, t, Source.BRANCH))
+            parent = len(cands) - 1
+            added.append(parent)
+            p *= self.cursor_rate.p
+        return added
 
     def _branches(self, ctx: Context, q: int, alpha: float, cands: list[_Cand]) -> None:
         """First-token alternatives: the model's top-K at the copy source, minus the chain's
@@ -354,9 +410,11 @@ class AdaPLDDrafter:
             return sorted(range(len(cands)), key=lambda i: -cands[i].p)[:max_nodes]
         return self._best(ctx, cands, max_nodes)[0]
 
-    def _build(self, tree: DraftTree, cands: list[_Cand], chosen: list[int]) -> None:
+    def _build(self, tree: DraftTree, cands: list[_Cand], chosen: list[int]) -> dict[int, int]:
+        """Add the ``chosen`` candidates to ``tree``; returns candidate -> tree node."""
         where: dict[int, int] = {-1: 0}
         for i in sorted(chosen):  # insertion order: parents before children
             c = cands[i]
             if c.parent in where:
                 where[i] = tree.add(c.token, where[c.parent], c.source)
+        return where

@@ -58,8 +58,8 @@ def compare(
     argmax, max |logit difference|)``."""
     import torch
 
-    from adapld_cli.engine.adapter import ModelRunner
     from adapld_cli.engine.graphs import BUCKETS, uniform_shape
+    from adapld_cli.engine.runner import ModelRunner
 
     uniform = mode.startswith("uniform")
     shapes = (uniform_shape(len(tokens) - 1),) if uniform else BUCKETS

@@ -14,7 +14,7 @@ steps run unprofiled, then the next ``--steps`` (ar) or ``--passes`` (adapld) ev
 self device time and by self CPU time, and the host-device synchronisations and copies per
 event (``cudaStreamSynchronize``, ``cudaMemcpyAsync`` ...), and the host time per event of
 each phase of a step (the engine's ``adapld.draft`` / ``verify`` / ``accept`` / ``record`` /
-``feedback`` ranges, ``loop.PROFILE_PHASES``: on a GPU a phase's time includes its waits for
+``feedback`` ranges, ``stream(profile_phases=True)``: on a GPU a phase's time includes its waits for
 the device), and what an event is made of: device milliseconds and kernels per event by kind
 (attention, products, copies, reductions, elementwise, other: :data:`KINDS`; the kernels of
 replayed graphs included; a pass whose kernels are many and small is launch-bound even in a
@@ -89,15 +89,17 @@ def profile_method(
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    from adapld_cli.engine import AdaPLDSettings, GenerationConfig, loop, stream
+    from adapld_cli.engine import AdaPLDSettings, GenerationConfig, stream
 
     cuda = next(model.parameters()).device.type == "cuda"
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
     config = GenerationConfig(max_new_tokens=4096, stop_strings=stop_strings)
-    gen = stream(model, prompt, config, method, tokenizer=tokenizer, settings=settings)
+    gen = stream(
+        model, prompt, config, method, tokenizer=tokenizer, settings=settings,
+        profile_phases=True,
+    )  # fmt: skip
     times: list[float] = []
     tokens = 0
-    loop.PROFILE_PHASES = True
     try:
         done = False
         for _ in range(warmup):
@@ -116,7 +118,6 @@ def profile_method(
                     break
     finally:
         gen.close()
-        loop.PROFILE_PHASES = False
     n = max(len(times), 1)
     averages = prof.key_averages()
     syncs = {e.key: e.count / n for e in averages if e.key in SYNC_OPS}

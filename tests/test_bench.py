@@ -189,7 +189,7 @@ def test_runner_random_model_all_identical(tiny_tokenizer, tmp_path):
 def test_warm_up_runs_every_key_span_before_the_first_task(tiny_tokenizer, tmp_path):
     """With static passes of one shape in key spans, the warm-up runs (on a GPU: captures) a
     pass of every span the caches can reach, so no task runs a span first; outputs = ar."""
-    from adapld_cli.engine import AdaPLDSettings, adapter
+    from adapld_cli.engine import AdaPLDSettings, Workspaces
 
     model = _random_model(tiny_tokenizer)
     loaded = SimpleNamespace(model=model, tokenizer=tiny_tokenizer)
@@ -197,19 +197,19 @@ def test_warm_up_runs_every_key_span_before_the_first_task(tiny_tokenizer, tmp_p
     settings = AdaPLDSettings(uniform=True, planes=True, span=64)
     opts = BenchOptions(methods=["ar", "adapld"], max_new_tokens=40, settings=settings)
     runner = BenchRunner(loaded, tasks, opts)
-    spans, prepare = {}, adapter.prepare_passes
+    spans, prepare = {}, Workspaces.prepare
 
-    def record(m):
-        ran = prepare(m)
-        spans.update({k: set(ws.static._buckets) for k, ws in adapter._WORKSPACES[m].items()})
+    def record(self):
+        ran = prepare(self)
+        spans.update({k: set(ws.static._buckets) for k, ws in self.of(model).items()})
         return ran
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(adapter, "prepare_passes", record)
+        mp.setattr(Workspaces, "prepare", record)
         doc = document({}, runner.run(), opts.methods)
     assert doc["methods"]["adapld"]["identical_to_ar"] == 2
     assert len(spans) == 2  # ar's workspace and adapld's (it hooks a layer)
-    for key, ws in adapter._WORKSPACES[model].items():
+    for key, ws in runner.workspaces.of(model).items():
         assert set(ws.static._buckets) == spans[key]  # no task ran a span the warm-up had not
         assert len({s for _, s in spans[key]}) > 1
 

@@ -41,8 +41,10 @@ LINEAR_HALF = StubCost(lambda n: 1.0 + 0.5 * (n - 1))  # one draft pays iff it i
 
 
 def _settings(**kw) -> AdaPLDSettings:
-    """No hidden states needed: rerank and the semantic fallback off unless asked."""
-    return AdaPLDSettings(**{"rerank": False, "semantic": False, "branches": False, **kw})
+    """No hidden states needed: rerank and the semantic fallback off unless asked; resolved
+    for a CPU, as the loop resolves them."""
+    kw = {"rerank": False, "semantic": False, "branches": False, **kw}
+    return AdaPLDSettings(**kw).resolve("cpu")
 
 
 def _context(tokens: list[int], cost: StubCost, top_k: int = 0) -> Context:

@@ -13,9 +13,10 @@ from dataclasses import replace
 import pytest
 import torch
 
-from adapld_cli.engine import AdaPLDSettings, GenerationConfig, adapter, generate
-from adapld_cli.engine.adapter import ModelRunner
+from adapld_cli.engine import AdaPLDSettings, GenerationConfig, Workspaces, generate
+from adapld_cli.engine import workspaces as workspaces_module
 from adapld_cli.engine.graphs import BUCKETS, bucket, key_span, uniform_shape
+from adapld_cli.engine.runner import ModelRunner
 from adapld_cli.engine.tree import DraftTree, tree_mask
 from adapld_cli.engine.types import Source
 from tests.test_engine_lossless import SETTINGS, _final_caches
@@ -190,7 +191,7 @@ def test_passes_that_do_not_fit_and_a_growing_cache_stay_exact(monkeypatch):
     """A pass over the largest bucket runs eagerly; a static pass that lacks the room grows
     the cache first and the static passes are rebuilt on the new buffers (every pass still
     runs static); every pass's logits equal the eager runner's."""
-    monkeypatch.setattr(adapter, "WORKSPACE_ROWS", 8)  # a 24-row cache, as asked
+    monkeypatch.setattr(workspaces_module, "WORKSPACE_ROWS", 8)  # a 24-row cache, as asked
     model = tiny_model("llama")
     rng = random.Random(0)
     runner = ModelRunner(model, hidden_layer=None, want_hidden=False, capacity=24, static=True)
@@ -216,34 +217,42 @@ def test_passes_that_do_not_fit_and_a_growing_cache_stay_exact(monkeypatch):
 
 
 def test_the_next_generation_takes_over_the_static_cache(monkeypatch):
-    """Generations one after the other on a model share one static cache and its static
-    passes (so captured graphs replay again); runners alive at once get their own; every
-    output is plain decoding's; a generation of another rounded capacity gets its own."""
+    """Generations one after the other on a model through one ``Workspaces`` share one
+    static cache and its static passes (so captured graphs replay again); runners alive at
+    once get their own; every output is plain decoding's; a generation of another rounded
+    capacity gets its own, and so does each generation given no ``Workspaces``."""
     model = tiny_model("qwen2")
     made = _runs(monkeypatch)
     settings = AdaPLDSettings(graphs=True)
     cfg = GenerationConfig(max_new_tokens=32)
+    ws = Workspaces()
     outs = []
     for seed in range(3):
         prompt = random_prompt(seed)
         ref = generate(model, prompt, cfg, "ar")
-        out = generate(model, prompt, cfg, "adapld", settings=settings)
+        out = generate(model, prompt, cfg, "adapld", settings=settings, workspaces=ws)
         assert out.tokens == ref.tokens, seed
         assert made[-1].static_runs == out.stats.forward_passes
         outs.append(made[-1])
     assert outs[0].cache is outs[1].cache is outs[2].cache
     assert outs[0].static is outs[1].static is outs[2].static
-    a = ModelRunner(model, hidden_layer=None, want_hidden=True, capacity=100, static=True)
-    b = ModelRunner(model, hidden_layer=None, want_hidden=True, capacity=100, static=True)
+    kept = {"hidden_layer": None, "want_hidden": True, "static": True, "workspaces": ws}
+    a = ModelRunner(model, capacity=100, **kept)
+    b = ModelRunner(model, capacity=100, **kept)
     assert a.cache is not b.cache  # a is busy until closed
     a.close()
-    c = ModelRunner(model, hidden_layer=None, want_hidden=True, capacity=100, static=True)
+    c = ModelRunner(model, capacity=100, **kept)
     assert c.cache is a.cache
     c.close()
     # a workspace serves only generations of its own rounded capacity (the keys' width every
     # pass sees): what ran before never changes a pass's shapes
-    d = ModelRunner(model, hidden_layer=None, want_hidden=True, capacity=1500, static=True)
-    assert d.cache is not a.cache and d._workspace.capacity == 2 * adapter.WORKSPACE_ROWS
+    d = ModelRunner(model, capacity=1500, **kept)
+    assert d.cache is not a.cache
+    assert d._workspace.capacity == 2 * workspaces_module.WORKSPACE_ROWS
+    # no Workspaces passed: each generation gets its own, kept nowhere
+    generate(model, random_prompt(0), cfg, "adapld", settings=settings)
+    generate(model, random_prompt(0), cfg, "adapld", settings=settings)
+    assert made[-1].cache is not made[-2].cache and made[-1].cache is not outs[0].cache
 
 
 def _stock_bf16_model():
@@ -471,10 +480,11 @@ def test_kept_key_planes_copy_only_each_pass_rows(monkeypatch):
     made = _runs(monkeypatch)
     cfg = GenerationConfig(max_new_tokens=40)
     settings = replace(FULL_TREE, uniform=True, planes=True)
+    ws = Workspaces()
     outs, branch = [], 0
     for prompt in (_copy_prompt(0), _copy_prompt(1)[:50], _copy_prompt(2)):
-        want = generate(model, prompt, cfg, "ar", settings=settings).tokens
-        out = generate(model, prompt, cfg, "adapld", settings=settings)
+        want = generate(model, prompt, cfg, "ar", settings=settings, workspaces=ws).tokens
+        out = generate(model, prompt, cfg, "adapld", settings=settings, workspaces=ws)
         assert out.tokens == want and out.stats.accepted_draft_tokens > 0
         assert isinstance(made[-1].static, StaticPasses) and made[-1].static.kept is not None
         branch += out.stats.branch_accepted + out.stats.semantic_accepted
@@ -487,10 +497,11 @@ def test_kept_key_planes_copy_only_each_pass_rows(monkeypatch):
     assert made[1].cache is made[3].cache is made[5].cache
 
     monkeypatch.setenv("ADAPLD_KEPT_PLANES", "0")
-    monkeypatch.setattr(adapter, "_WORKSPACES", type(adapter._WORKSPACES)())
+    ws = Workspaces()  # new static passes: planes gathered whole
     checked.clear()
     for prompt, tokens in zip((_copy_prompt(0), _copy_prompt(1)[:50]), outs, strict=False):
-        assert generate(model, prompt, cfg, "adapld", settings=settings).tokens == tokens
+        out = generate(model, prompt, cfg, "adapld", settings=settings, workspaces=ws)
+        assert out.tokens == tokens
         assert made[-1].static.kept is None and made[-1].static_runs > 0
     assert not checked  # gathered whole: the kept planes were not used
 
@@ -504,34 +515,32 @@ def test_kept_key_planes_copy_only_each_pass_rows(monkeypatch):
         tree.add(rng.randrange(1024), parent, Source.LEXICAL)
     gathered = _span_rows(model, prefix, tree, 16, True)
     monkeypatch.delenv("ADAPLD_KEPT_PLANES")
-    monkeypatch.setattr(adapter, "_WORKSPACES", type(adapter._WORKSPACES)())
     assert torch.equal(_span_rows(model, prefix, tree, 16, True), gathered)
     assert checked["rows"] > 0
 
 
 def test_a_warm_up_prepares_every_key_span(monkeypatch):
-    """``prepare_passes`` (the bench's warm-up) runs a static pass of every key span a free
-    workspace's cache can reach and none has used (on a GPU: captures its graph), once; the
-    cache, the counters and the key planes are as before, so later generations emit plain
-    decoding's tokens and run no new span."""
-    from adapld_cli.engine import prepare_passes
-
+    """``Workspaces.prepare`` (the bench's warm-up) runs a static pass of every key span a
+    free workspace's cache can reach and none has used (on a GPU: captures its graph), once;
+    the cache, the counters and the key planes are as before, so later generations emit
+    plain decoding's tokens and run no new span."""
     model = _stock_bf16_model()
     made = _runs(monkeypatch)
     cfg = GenerationConfig(max_new_tokens=24)
     settings = replace(FULL_TREE, uniform=True, planes=True, span=128)
     prompts = [_copy_prompt(0)[:200], _copy_prompt(1)]
-    generate(model, prompts[0], cfg, "adapld", settings=settings)
+    ws = Workspaces()
+    generate(model, prompts[0], cfg, "adapld", settings=settings, workspaces=ws)
     static = made[-1].static
     used = set(static._buckets)
-    ran = prepare_passes(model)
+    ran = ws.prepare()
     spans = {s for _, s in static._buckets}
     assert ran == len(spans) - len(used) > 0 and max(spans) == static.capacity
     assert spans == {min(s, static.capacity) for s in range(128, static.capacity + 128, 128)}
-    assert prepare_passes(model) == 0  # once
+    assert ws.prepare() == 0  # once
     for prompt in prompts:
-        want = generate(model, prompt, cfg, "ar", settings=settings).tokens
-        out = generate(model, prompt, cfg, "adapld", settings=settings)
+        want = generate(model, prompt, cfg, "ar", settings=settings, workspaces=ws).tokens
+        out = generate(model, prompt, cfg, "adapld", settings=settings, workspaces=ws)
         assert out.tokens == want and made[-1].static is static
         assert made[-1].static_runs == out.stats.forward_passes
         assert {s for _, s in static._buckets} == spans  # nothing new to run
@@ -643,13 +652,13 @@ def test_cuda_passes_default_to_one_shape_with_key_planes():
     from adapld_cli.engine.loop import _passes
 
     cfg = GenerationConfig(max_new_tokens=6000)
-    cuda = _passes(100, cfg, None, "cuda")
+    cuda = _passes(100, cfg, AdaPLDSettings().resolve("cuda"))
     assert cuda == {"capacity": 100 + 6000 + 128, "static": True, "shapes": (80,), "planes": True,
                     "span": 512}  # fmt: skip
-    cpu = _passes(100, cfg, None, "cpu")
+    cpu = _passes(100, cfg, AdaPLDSettings().resolve("cpu"))
     assert cpu == {"capacity": 100 + 4096 + 129, "static": False, "shapes": BUCKETS,
                    "planes": False, "span": 0}  # fmt: skip
-    buckets = _passes(100, cfg, AdaPLDSettings(uniform=False), "cuda")
+    buckets = _passes(100, cfg, AdaPLDSettings(uniform=False).resolve("cuda"))
     assert buckets["static"] and buckets["shapes"] == BUCKETS and not buckets["planes"]
 
 

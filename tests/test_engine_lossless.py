@@ -81,7 +81,7 @@ def test_greedy_identical_to_plain_decoding(model):
 
 def _final_caches(monkeypatch):
     """Record each generation's KV cache as it ends (the runner's, when it closes)."""
-    from adapld_cli.engine.adapter import ModelRunner
+    from adapld_cli.engine.runner import ModelRunner
 
     kept: list[list[tuple]] = []
     close = ModelRunner.close

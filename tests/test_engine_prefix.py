@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from adapld_cli.engine import GenerationConfig, PrefixCache, generate
-from adapld_cli.engine import adapter as adapter_module
-from adapld_cli.engine.adapter import ModelRunner
+from adapld_cli.engine import runner as runner_module
+from adapld_cli.engine.runner import ModelRunner
 from tests.tiny_models import VOCAB, one_thread, random_prompt, tiny_model
 
 CHUNK = 8  # small prefill chunks, so the tiny prompts span several
@@ -18,7 +18,7 @@ CHUNK = 8  # small prefill chunks, so the tiny prompts span several
 
 @pytest.fixture(autouse=True)
 def _small_chunks(monkeypatch):
-    monkeypatch.setattr(adapter_module, "PREFILL_CHUNK", CHUNK)
+    monkeypatch.setattr(runner_module, "PREFILL_CHUNK", CHUNK)
     with one_thread():
         yield
 

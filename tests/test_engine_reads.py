@@ -113,7 +113,8 @@ def _run(model, method: str, settings: AdaPLDSettings | None):
 
 @pytest.mark.parametrize("passes", ["eager", "static", "uniform"])
 def test_a_pass_reads_the_device_once(model, passes, monkeypatch):
-    from adapld_cli.engine.adapter import LazyLogits, ModelRunner
+    from adapld_cli.engine.logits import LazyLogits
+    from adapld_cli.engine.runner import ModelRunner
 
     def one_block(self, last, n=None, topk=0):  # as on a GPU (a CPU's head runs 16-row blocks)
         return LazyLogits(self, last, max(1, len(last)), n, topk)
@@ -140,7 +141,7 @@ def test_host_data_reaches_the_device_without_a_wait(model, passes, monkeypatch)
     on a GPU); a static pass's inputs (ids, positions, slots, the tree) are one copy; the
     accepted rows go over only when a step accepted a branch (else they are the pass's
     first rows: the cache is cut, the record slices)."""
-    from adapld_cli.engine.adapter import ModelRunner
+    from adapld_cli.engine.runner import ModelRunner
 
     keep, branched = ModelRunner.keep, []
 

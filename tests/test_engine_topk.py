@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from adapld_cli.engine import AdaPLDSettings, GenerationConfig, generate
-from adapld_cli.engine.adapter import ModelRunner
 from adapld_cli.engine.context import Context
 from adapld_cli.engine.cost import CostModel
+from adapld_cli.engine.runner import ModelRunner
 from tests.tiny_models import one_thread, random_prompt, tiny_model
 
 
@@ -87,7 +87,7 @@ def test_topk_ids_are_the_k_largest(vocab, dtype):
     """The blockwise top-K gives torch's top-K values, largest first, at distinct valid ids:
     a vocabulary with a tail block, ties (bfloat16 has many), and the largest entries all in
     one block or at the very end."""
-    from adapld_cli.engine.adapter import topk_ids
+    from adapld_cli.engine.logits import topk_ids
 
     gen = torch.Generator().manual_seed(vocab)
     x = torch.randn(7, vocab, generator=gen).to(dtype)
@@ -129,7 +129,7 @@ def test_pass_rows_topk_only_where_asked(monkeypatch):
     """On a CPU the accepted rows' top-K is not computed by default (the token that followed
     stands in, real rows come from lookups); ``pass_topk=True`` computes it every pass. The
     output is plain decoding's either way."""
-    from adapld_cli.engine.adapter import LazyLogits
+    from adapld_cli.engine.logits import LazyLogits
 
     calls = []
     real = LazyLogits.topk
@@ -147,7 +147,7 @@ def test_pass_rows_topk_only_where_asked(monkeypatch):
     assert lazy.tokens == ref and lazy.stats.accepted_draft_tokens > 0 and calls == []
     eager = AdaPLDSettings(adaptive=False, pass_topk=True)
     out = generate(model, prompt, cfg, "adapld", settings=eager)
-    assert out.tokens == ref and calls and set(calls) == {eager.topk_width("cpu")}
+    assert out.tokens == ref and calls and set(calls) == {eager.resolve("cpu").top_k}
     assert len(calls) == out.stats.forward_passes
 
 

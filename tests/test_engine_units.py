@@ -8,9 +8,9 @@ import random
 import pytest
 import torch
 
-from adapld_cli.engine.adapter import ModelRunner, UnsupportedModelError
 from adapld_cli.engine.cost import PRIOR, CostModel
 from adapld_cli.engine.ngram import NgramIndex
+from adapld_cli.engine.runner import ModelRunner, UnsupportedModelError
 from adapld_cli.engine.stops import StopChecker
 from adapld_cli.engine.tree import DraftTree, accept, tree_mask
 from adapld_cli.engine.types import GenerationConfig, Source
@@ -195,3 +195,34 @@ def test_hidden_states_are_normalised_when_read():
     assert torch.equal(ctx.hidden[5], (rows[5] * 3).float())
     again = torch.nn.functional.normalize((rows[5:12] * 3).float(), dim=-1)
     assert torch.equal(ctx.unit_hidden(12), torch.cat([expect[:5], again]))
+
+
+def test_settings_resolve_every_device_default_once():
+    """``AdaPLDSettings.resolve`` settles every device default (CUDA: uniform static passes
+    with key planes and spans, top-K everywhere, the semantic fallback; a CPU: none of them),
+    keeps what was set, and is idempotent; the drafter takes resolved settings only."""
+    from dataclasses import asdict
+
+    from adapld_cli.engine.drafters.adapld import AdaPLDDrafter
+    from adapld_cli.engine.settings import SPAN_ROWS, TOP_K, TOP_K_FLAT, AdaPLDSettings
+
+    device = ("top_k", "prompt_topk", "pass_topk", "semantic", "graphs", "uniform", "planes")
+    cuda, cpu = AdaPLDSettings().resolve("cuda"), AdaPLDSettings().resolve("cpu")
+    assert [getattr(cuda, f) for f in device] == [TOP_K_FLAT] + [True] * 6
+    assert [getattr(cpu, f) for f in device] == [TOP_K] + [False] * 6
+    assert (cuda.span, cpu.span) == (SPAN_ROWS, 0) and cuda.resolved and cpu.resolved
+    assert not AdaPLDSettings().resolved
+    assert cuda.resolve("cpu") == cuda and cpu.resolve("cuda") == cpu  # settled for good
+    forced = AdaPLDSettings(uniform=True, semantic=False, span=64, hidden_layer=1)
+    got = forced.resolve("cpu")
+    assert (got.graphs, got.uniform, got.planes, got.top_k) == (True, True, False, TOP_K_FLAT)
+    assert (got.semantic, got.span, got.hidden_layer, got.topk_lookup) == (False, 64, 1, None)
+    untouched = {k: v for k, v in asdict(got).items() if k not in (*device, "span")}
+    assert untouched == {k: v for k, v in asdict(forced).items() if k in untouched}
+    with pytest.raises(ValueError):
+        AdaPLDSettings(span=-1).resolve("cpu")
+    with pytest.raises(ValueError):
+        AdaPLDDrafter(AdaPLDSettings())
+    drafter = AdaPLDDrafter(cpu)
+    assert (drafter.semantic, drafter.prompt_topk, drafter.pass_topk) == (False, False, False)
+    assert drafter.wants_topk == TOP_K and drafter.wants_hidden  # branches, rerank

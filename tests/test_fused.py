@@ -16,7 +16,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from adapld_cli.engine import AdaPLDSettings, GenerationConfig, generate
-from adapld_cli.engine.adapter import ModelRunner
+from adapld_cli.engine.runner import ModelRunner
 from adapld_cli.model.fused import fuse, fuse_norms, fuse_products, fuse_rope
 from tests.test_engine_lossless import SETTINGS
 from tests.tiny_models import one_thread, tiny_model

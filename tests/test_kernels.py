@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from adapld_cli.engine import AdaPLDSettings, GenerationConfig, generate
-from adapld_cli.engine.adapter import ModelRunner
+from adapld_cli.engine.runner import ModelRunner
 from adapld_cli.engine.tree import tree_mask
 from adapld_cli.model import kernels, lean
 from tests.tiny_models import one_thread, random_prompt, tiny_model

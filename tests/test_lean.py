@@ -10,7 +10,7 @@ import random
 import pytest
 import torch
 
-from adapld_cli.engine.adapter import ModelRunner
+from adapld_cli.engine.runner import ModelRunner
 from adapld_cli.engine.tree import tree_mask
 from adapld_cli.model import kernels, lean, quant
 from tests.tiny_models import VOCAB, one_thread, tiny_model

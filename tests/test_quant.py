@@ -322,7 +322,7 @@ def cross_build_outputs(gguf: str, out: str) -> None:
     K-quant GGUF's logits over a prompt and over a widest draft tree, both activations."""
     import os
 
-    from adapld_cli.engine.adapter import ModelRunner
+    from adapld_cli.engine.runner import ModelRunner
 
     results: dict[str, object] = {"target": quant.target()}
     with torch.no_grad():

@@ -137,9 +137,11 @@ def run_method(
     prompt_ids: list[int],
     config: GenerationConfig,
     settings: AdaPLDSettings | None = None,
+    workspaces: Any = None,
 ) -> MethodRun:
     """Generate greedily from ``prompt_ids`` with method ``name``. For the transformers
-    baselines pass the stock model (:class:`~adapld_cli.bench.stock.StockModel`)."""
+    baselines pass the stock model (:class:`~adapld_cli.bench.stock.StockModel`).
+    ``workspaces``: the engine's :class:`~adapld_cli.engine.Workspaces` kept between runs."""
     if name in BASELINES:
         return run_generate(
             model, tokenizer, prompt_ids, config, name, prompt_lookup=BASELINES[name]
@@ -158,6 +160,7 @@ def run_method(
         engine_method,
         tokenizer=tokenizer,
         settings=settings_for(name, settings),
+        workspaces=workspaces,
     )
     wall = time.perf_counter() - t0
     result.stats.method = name

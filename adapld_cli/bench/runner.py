@@ -58,6 +58,9 @@ class BenchRunner:
     reference_pass: dict[str, bool] = field(default_factory=dict)
     warmup_s: float = 0.0
     stock: StockModel | None = None  # the transformers baselines' model (None: made on demand)
+    # the engine's Workspaces, shared by every run (static passes' caches and graphs; made
+    # in run()): the warm-up's captures serve the tasks
+    workspaces: Any = None
 
     def model_for(self, method: str) -> Any:
         """The model ``method`` runs on: the stock model for the transformers baselines
@@ -71,7 +74,10 @@ class BenchRunner:
     def run(self) -> list[dict[str, Any]]:
         """Warm up, then measure every method on every task; returns :attr:`rows`."""
         from adapld_cli.edit import EditOptions, EditSession
+        from adapld_cli.engine import Workspaces
 
+        if self.workspaces is None:
+            self.workspaces = Workspaces()
         opts = self.options
         session = EditSession(
             self.loaded,
@@ -156,7 +162,9 @@ class BenchRunner:
     def _measure(self, method: str, prompt_ids: list[int], config: Any) -> MethodRun:
         model, tok = self.model_for(method), self.loaded.tokenizer
         memory.reset_peak()
-        run = run_method(method, model, tok, prompt_ids, config, self.options.settings)
+        run = run_method(
+            method, model, tok, prompt_ids, config, self.options.settings, self.workspaces
+        )
         run.extra["peak_rss_mb"] = memory.peak_rss_mb()
         return run
 
@@ -164,8 +172,6 @@ class BenchRunner:
         """One short generation per method: lazy initialisation, allocator, caches; then a
         static pass of every key span the generations' caches can reach (on a GPU: their
         graphs captured, so no task pays a capture the others do not)."""
-        from adapld_cli.engine import prepare_passes
-
         t0 = time.perf_counter()
         config = dataclasses.replace(
             prep.config, max_new_tokens=min(WARMUP_TOKENS, prep.config.max_new_tokens)
@@ -178,9 +184,9 @@ class BenchRunner:
                 prep.prompt.ids,
                 config,
                 self.options.settings,
+                self.workspaces,
             )
-        for model in {id(m): m for m in map(self.model_for, self.options.methods)}.values():
-            prepare_passes(model)
+        self.workspaces.prepare()
         self.warmup_s = time.perf_counter() - t0
 
 

@@ -103,8 +103,8 @@ def _static_curve(
     """:func:`measure` through the engine's runner with static verify passes."""
     import torch
 
-    from adapld_cli.engine.adapter import ModelRunner
     from adapld_cli.engine.graphs import BUCKETS, uniform_shape
+    from adapld_cli.engine.runner import ModelRunner
     from adapld_cli.engine.settings import AdaPLDSettings
 
     # uniform: the default settings' one shape (80 rows for a 64-node budget), as adapld runs

@@ -3,10 +3,12 @@
 Public API::
 
     stream(model, prompt_ids, config, method="adapld", tokenizer=None, settings=None,
-           reference=(), prefix=None) -> Iterator[StepEvent]
+           reference=(), prefix=None, workspaces=None, profile_phases=False)
+        -> Iterator[StepEvent]
     generate(...) -> GenerationResult
     PrefixCache()  # pass as prefix=: later prompts skip the prefill chunks they share
-    prepare_passes(model) -> int  # a warm-up: static passes of every key span run (captured)
+    Workspaces()  # pass as workspaces=: later generations take over static passes' caches
+    workspaces.prepare() -> int  # a warm-up: static passes of every key span run (captured)
 
 Types (``GenerationConfig``, ``StepEvent``, ``Stats``, ``Source``) import without torch;
 ``stream``/``generate`` import torch on first use.
@@ -28,9 +30,9 @@ from adapld_cli.engine.types import (
 )
 
 if TYPE_CHECKING:
-    from adapld_cli.engine.adapter import prepare_passes
     from adapld_cli.engine.loop import generate, stream
     from adapld_cli.engine.prefix import PrefixCache
+    from adapld_cli.engine.workspaces import Workspaces
 
 
 def __getattr__(name: str) -> Any:  # lazy: keep torch out of `import adapld_cli.engine`
@@ -38,10 +40,10 @@ def __getattr__(name: str) -> Any:  # lazy: keep torch out of `import adapld_cli
         from adapld_cli.engine import loop
 
         return getattr(loop, name)
-    if name == "prepare_passes":
-        from adapld_cli.engine.adapter import prepare_passes
+    if name == "Workspaces":
+        from adapld_cli.engine.workspaces import Workspaces
 
-        return prepare_passes
+        return Workspaces
     if name == "PrefixCache":
         from adapld_cli.engine.prefix import PrefixCache
 
@@ -60,7 +62,7 @@ __all__ = [
     "Stats",
     "StepEvent",
     "UnsupportedModelError",
+    "Workspaces",
     "generate",
-    "prepare_passes",
     "stream",
 ]

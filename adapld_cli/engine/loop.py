@@ -13,35 +13,24 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import nullcontext
-from dataclasses import replace
 from typing import Any
 
 import torch
 
-from adapld_cli.engine.adapter import ModelRunner
 from adapld_cli.engine.context import Context
 from adapld_cli.engine.cost import CostModel
 from adapld_cli.engine.drafters import Drafter, make_drafter
 from adapld_cli.engine.drafters.reference import WithReference
 from adapld_cli.engine.graphs import BUCKETS, uniform_shape
 from adapld_cli.engine.prefix import PrefixCache
+from adapld_cli.engine.runner import ModelRunner
 from adapld_cli.engine.sampling import TokenChooser
 from adapld_cli.engine.settings import AdaPLDSettings
 from adapld_cli.engine.stops import StopChecker
 from adapld_cli.engine.transfer import to_device
 from adapld_cli.engine.tree import DraftTree, accept
 from adapld_cli.engine.types import GenerationConfig, GenerationResult, Source, Stats, StepEvent
-
-# Set by docs/gpu_profile.py: each step's phases become torch.profiler ranges named
-# ``adapld.<phase>`` (draft, verify, accept, record, feedback); off, they cost nothing.
-PROFILE_PHASES = False
-
-
-def _phase(name: str) -> Any:
-    """The profiler range of one phase of a step while :data:`PROFILE_PHASES`, else a no-op."""
-    if not PROFILE_PHASES:
-        return nullcontext()
-    return torch.profiler.record_function(f"adapld.{name}")
+from adapld_cli.engine.workspaces import Workspaces
 
 
 def stream(
@@ -54,20 +43,29 @@ def stream(
     settings: AdaPLDSettings | None = None,
     reference: Sequence[int] = (),
     prefix: PrefixCache | None = None,
+    workspaces: Workspaces | None = None,
+    profile_phases: bool = False,
 ) -> Iterator[StepEvent]:
     """Generate from ``prompt_ids`` with ``method``, yielding one event per decode step.
 
     ``config.stop_token_ids`` defaults to the model's ``generation_config.eos_token_id``;
     ``config.stop_strings`` need ``tokenizer``. The last event has ``finished=True``.
-    ``reference``: token ids of a predicted output to draft from as well
-    (:class:`~adapld_cli.engine.drafters.reference.WithReference`; never with ``ar``, whose
-    passes stay single-token). ``prefix``: a :class:`~adapld_cli.engine.prefix.PrefixCache`
-    shared by generations one after the other (the prefill chunks a previous prompt shares
-    are taken over, bit for bit; ``stats.cached_tokens`` counts them). ``settings.graphs``
-    and ``settings.uniform`` apply to every method: verify passes run as static passes (CUDA
-    graphs on a GPU, :mod:`adapld_cli.engine.graphs`; by default on CUDA only;
-    ``stats.graph_passes`` counts the replays), with ``uniform`` all of one shape (on CUDA by
-    default, with key planes: what makes them exact there).
+    ``settings`` (default: the defaults) are settled for the model's device here, once
+    (:meth:`AdaPLDSettings.resolve`); their pass fields (``graphs``, ``uniform``,
+    ``planes``, ``span``) apply to every method: verify passes run as static passes (CUDA
+    graphs on a GPU, :mod:`adapld_cli.engine.graphs`; ``stats.graph_passes`` counts the
+    replays), with ``uniform`` all of one shape. ``reference``: token ids of a predicted
+    output to draft from as well (:class:`~adapld_cli.engine.drafters.reference.
+    WithReference`; never with ``ar``, whose passes stay single-token).
+
+    State kept between generations one after the other, each optional (none given: nothing
+    is kept): ``prefix``, a :class:`~adapld_cli.engine.prefix.PrefixCache` (the prefill
+    chunks a previous prompt shares are taken over, bit for bit; ``stats.cached_tokens``
+    counts them); ``workspaces``, a :class:`~adapld_cli.engine.workspaces.Workspaces`
+    (static passes take over a previous generation's cache and captured graphs).
+    ``profile_phases``: each step's phases run inside ``torch.profiler`` ranges named
+    ``adapld.draft``, ``.verify``, ``.accept``, ``.record`` and ``.feedback`` (for
+    profiling scripts; off, they cost nothing).
     """
     config = config or GenerationConfig()
     if not prompt_ids:
@@ -75,8 +73,7 @@ def stream(
     if config.max_new_tokens < 1:
         raise ValueError("max_new_tokens must be >= 1")
     device_type = next(model.parameters()).device.type
-    settings = settings or AdaPLDSettings()
-    settings = replace(settings, top_k=settings.topk_width(device_type))
+    settings = (settings or AdaPLDSettings()).resolve(device_type)
     drafter = make_drafter(method, settings)
     if reference and drafter.name != "ar":
         drafter = WithReference(drafter, reference)
@@ -87,10 +84,11 @@ def stream(
         hidden_layer=drafter.hidden_layer,
         want_hidden=drafter.wants_hidden,
         keep_final=drafter.wants_topk > 0,  # top-K rows on demand (ar and pld never ask)
-        **_passes(len(prompt_ids), config, settings, device_type),
+        workspaces=workspaces,
+        **_passes(len(prompt_ids), config, settings),
     )
     try:
-        yield from _decode(runner, list(prompt_ids), config, drafter, stops, prefix)
+        yield from _decode(runner, list(prompt_ids), config, drafter, stops, prefix, profile_phases)
     finally:
         runner.close()
 
@@ -105,6 +103,7 @@ def generate(
     settings: AdaPLDSettings | None = None,
     reference: Sequence[int] = (),
     prefix: PrefixCache | None = None,
+    workspaces: Workspaces | None = None,
 ) -> GenerationResult:
     """Run :func:`stream` to the end; returns the generated tokens and statistics."""
     tokens: list[int] = []
@@ -118,35 +117,34 @@ def generate(
         settings=settings,
         reference=reference,
         prefix=prefix,
+        workspaces=workspaces,
     )
     for event in events:
         tokens.extend(event.tokens)
     return GenerationResult(tokens=tokens, stats=event.stats, stop_reason=event.stop_reason)
 
 
-def _passes(
-    prompt_len: int,
-    config: GenerationConfig,
-    settings: AdaPLDSettings | None,
-    device_type: str,
-) -> dict[str, Any]:
-    """The runner's pass arguments: its cache capacity (the prompt, the answer and one pass's
-    nodes; a budget beyond 4,096 new tokens grows it by doubling when reached, except with
-    ``uniform``, which preallocates it all), whether its passes are static (no settings:
-    the defaults', :meth:`AdaPLDSettings.static_passes`), their shapes, key planes and key
-    span (:meth:`AdaPLDSettings.uniform_passes`, :meth:`AdaPLDSettings.key_planes`,
-    :meth:`AdaPLDSettings.key_span`)."""
-    settings = settings or AdaPLDSettings()
-    uniform = settings.uniform_passes(device_type)
-    shapes = (uniform_shape(settings.node_budget),) if uniform else BUCKETS
-    answer = config.max_new_tokens if uniform else min(config.max_new_tokens, 4096)
+def _passes(prompt_len: int, config: GenerationConfig, settings: AdaPLDSettings) -> dict[str, Any]:
+    """The runner's pass arguments from resolved ``settings``: its cache capacity (the
+    prompt, the answer and one pass's nodes; a budget beyond 4,096 new tokens grows it by
+    doubling when reached, except with ``uniform``, which preallocates it all: its width is
+    a shape the kernels see), whether its passes are static, their shapes, key planes and
+    key span."""
+    shapes = (uniform_shape(settings.node_budget),) if settings.uniform else BUCKETS
+    answer = config.max_new_tokens if settings.uniform else min(config.max_new_tokens, 4096)
     return {
         "capacity": prompt_len + answer + max(128, shapes[-1]),
-        "static": settings.static_passes(device_type),
+        "static": settings.graphs,
         "shapes": shapes,
-        "planes": settings.key_planes(device_type),
-        "span": settings.key_span(device_type),
+        "planes": settings.planes,
+        "span": settings.span,
     }
+
+
+def _phase(name: str, profile: bool) -> Any:
+    """The profiler range ``adapld.<name>`` of one phase of a step with ``profile``, else a
+    no-op."""
+    return torch.profiler.record_function(f"adapld.{name}") if profile else nullcontext()
 
 
 def _decode(
@@ -156,6 +154,7 @@ def _decode(
     drafter: Drafter,
     stops: StopChecker,
     prefix: PrefixCache | None = None,
+    profile: bool = False,
 ) -> Iterator[StepEvent]:
     stats = Stats(method=drafter.name, prompt_tokens=len(prompt))
     chooser = TokenChooser(config)
@@ -170,9 +169,8 @@ def _decode(
         CostModel(runner.device.type, flat=runner.flat_rows),
     )
     t0 = time.perf_counter()
-    cuda = runner.device.type == "cuda"
-    prompt_topk = cuda if drafter.prompt_topk is None else drafter.prompt_topk
-    pass_topk = top_k if (cuda if drafter.pass_topk is None else drafter.pass_topk) else 0
+    prompt_topk = drafter.prompt_topk
+    pass_topk = top_k if drafter.pass_topk else 0
     # the last prompt token is the first step's root
     hidden, topk = runner.prefill(prompt[:-1], top_k if prompt_topk else 0, prefix=prefix)
     stats.cached_tokens = runner.reused
@@ -187,27 +185,27 @@ def _decode(
     while True:
         t_step = time.perf_counter()
         remaining = config.max_new_tokens - len(ctx.tokens) + ctx.prompt_len
-        with _phase("draft"):
+        with _phase("draft", profile):
             tree = drafter.propose(ctx, remaining - 1)
         root_pos = ctx.pending  # == runner.cache_len
         chain = tree.is_chain
         firsts = runner.first_passes
         t_pass = time.perf_counter()
-        with _phase("verify"):
+        with _phase("verify", profile):
             out = runner.verify(
                 tree.tokens,
                 None if chain else tree.parents,
                 None if chain else tree.depths,
                 pass_topk,  # read with the argmax (on a GPU: one sync a pass)
             )
-        with _phase("accept"):
+        with _phase("accept", profile):
             path, bonus = accept(tree, chooser.bind(out.logits))
         pass_s = time.perf_counter() - t_pass
         if runner.first_passes == firsts:  # a first pass's capture is no pass's cost
             ctx.cost.observe(len(tree), pass_s)
         stats.pass_s += pass_s
 
-        with _phase("record"):
+        with _phase("record", profile):
             hidden = out.hidden
             if path == list(range(len(path))):  # the pass's first rows: the cache is cut
                 runner.keep(root_pos, path)
@@ -227,7 +225,7 @@ def _decode(
             del ctx.tokens[len(ctx.tokens) - len(new) + keep :]
             new, sources = new[:keep], sources[:keep]
         if reason is None:
-            with _phase("feedback"):
+            with _phase("feedback", profile):
                 drafter.feedback(ctx, tree, path, new)
 
         _count(stats, tree, new, sources)

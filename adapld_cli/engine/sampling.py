@@ -15,7 +15,7 @@ import torch
 from adapld_cli.engine.types import GenerationConfig
 
 if TYPE_CHECKING:
-    from adapld_cli.engine.adapter import LazyLogits
+    from adapld_cli.engine.logits import LazyLogits
 
 
 class TokenChooser:

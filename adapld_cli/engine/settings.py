@@ -1,107 +1,96 @@
-"""Typed settings of the AdaPLD drafter, with documented defaults and ablation switches.
+"""Typed settings of the AdaPLD drafter and of the verify passes, with documented defaults
+and ablation switches.
 
 Every knob of the method lives here; the CLI and the benchmark build these from options, and
-:func:`parse_overrides` reads ``KEY=VALUE`` overrides (``adapld bench --set``).
+:func:`parse_overrides` reads ``KEY=VALUE`` overrides (``adapld bench --set``). Defaults that
+depend on the device are ``None`` until :meth:`AdaPLDSettings.resolve` settles them, once per
+generation, at the engine's entry point; the engine reads resolved settings only.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, fields, replace
+from typing import TypeVar
 
-# Default key span of static passes on CUDA (``AdaPLDSettings.span``): a pass at a cache of
-# ``L`` rows attends ``ceil((L + rows) / 512) * 512`` keys, up to 8 graphs on a 4,096-row cache.
+# ``AdaPLDSettings.span`` on CUDA by default: a static pass at a cache of ``L`` rows attends
+# ``ceil((L + rows) / SPAN_ROWS) * SPAN_ROWS`` keys (docs/design.md, "Key spans").
 SPAN_ROWS = 512
 # ``AdaPLDSettings.top_k`` by default: where passes grow with their size, and where every
 # pass costs the same (uniform passes), whose free rows take recycled successors from a table
-# of this width (docs/design.md, "Cost model")
+# of this width (docs/design.md, "Free rows hold recycled successors")
 TOP_K, TOP_K_FLAT = 3, 8
+
+_T = TypeVar("_T")
+
+
+def _default(value: _T | None, default: _T) -> _T:
+    return default if value is None else value
 
 
 @dataclass(frozen=True)
 class AdaPLDSettings:
-    """Knobs of AdaPLD drafting (paper §3; docs/design.md).
+    """Knobs of AdaPLD drafting (paper §3; docs/design.md, "1. The engine") and of the verify
+    passes of every method. "Default" below is what ``None`` means, settled by
+    :meth:`resolve` for the device.
 
     Attributes:
         max_draft_len: ``L``, the longest copied span drafted in one step (the step's node
             budget bounds it too).
-        top_k: ``K``, first-token alternatives (branches) taken from cached top-K predictions,
-            and the width of the table of recycled successors. ``None`` = :data:`TOP_K_FLAT`
-            where passes all run at one shape (uniform), else :data:`TOP_K`
-            (:meth:`topk_width`).
-        ctxt: longest n-gram used as the lexical query; shorter n-grams down to ``min_ctxt``
-            are tried when the longest finds nothing (strict hit = any n-gram match).
+        top_k: ``K``, first-token alternatives (branches) taken from cached top-K
+            predictions, and the width of the table of recycled successors. Default:
+            :data:`TOP_K_FLAT` with uniform passes, else :data:`TOP_K`.
+        ctxt: longest n-gram used as the lexical query; shorter ones down to ``min_ctxt``
+            are tried when it finds nothing (a hit = any n-gram match).
         min_ctxt: shortest n-gram query.
-        tau: semantic fallback keeps the ``tau`` most similar cached positions.
-        window: the semantic fallback searches hidden states of the last ``window`` positions
-            of the context (prompt included); ``0`` searches the whole context. Editing needs
-            the source file searchable, so the default covers typical files.
+        tau: the semantic fallback keeps the ``tau`` most similar cached positions.
+        window: the semantic fallback searches the hidden states of the last ``window``
+            positions (prompt included; ``0``: all), enough to cover a typical source file.
         hidden_layer: decoder layer whose output is cached for reranking and the fallback;
-            ``None`` = the middle layer.
+            ``None``: the model's middle layer (the runner picks it).
         sim_floor: cosine similarity a semantic candidate must reach to be drafted.
-        node_budget: most draft nodes in one verification (root excluded); with
-            ``uniform`` passes, whose one shape rounds ``node_budget + 1`` up to 16 rows,
-            drafts may fill the shape (79 nodes for 64): every row is computed anyway.
+        node_budget: most draft nodes in one verification (root excluded); with uniform
+            passes drafts may fill the whole shape, whose rows are computed anyway.
         branch_len: tokens appended to each branch from a reuse continuation.
         max_candidates: most recent lexical occurrences considered for reranking.
-        prompt_topk: compute the model's top-K at every prompt position during prefill (an
-            LM-head pass over the prompt: ~+40% prefill time on a CPU, little on a GPU).
-            Without it a prompt position's only "prediction" is the token that followed it.
-            ``None`` = on for CUDA devices only.
-        pass_topk: compute the model's top-K at each pass's accepted positions from the
-            logits the acceptance walk computed (on a CPU ~0.7 ms more host work a pass on the
-            six edit cases, where branches from generated text rarely paid: 10 branch steps,
-            1 token accepted, in 305 passes; README, Performance). Without it those
-            positions are treated as prompt positions without ``prompt_topk``: the token
-            that followed stands in, and ``topk_lookup`` computes the real top-K on demand.
-            ``None`` = on for CUDA devices only.
-        topk_lookup: compute a position's top-K on demand from its cached final hidden state
-            (one LM-head row) when a branch or the semantic fallback needs it and it is not
-            known yet. ``None`` = when the expected gain beats the lookup's measured cost;
-            ``True`` / ``False`` = always / never (then the token that followed stands in).
-        semantic: the semantic fallback. ``None`` = on for CUDA devices only: on a CPU it
-            cost more than it gained (README, Performance: ablations on 20 CanItEdit tasks).
-        graphs: verify passes as static-shape passes over the whole preallocated cache, one
-            shape per size bucket (or one shape: ``uniform``), captured and replayed as CUDA
-            graphs on a GPU (:mod:`adapld_cli.engine.graphs`); applies to every method,
-            ``ar`` included. ``None`` = on for CUDA devices only (:meth:`static_passes`): on
-            an H200 they made adapld 1.8-3.5x faster than eager passes (docs/design.md, "Static
-            passes"); on a CPU the passes run eagerly, only slower (the tests use that). The
-            bench's ``*-graphs`` / ``*-eager`` methods force either.
-        uniform: every pass at one static shape, the largest pass's (``node_budget + 1``
-            rows rounded up to 16; :func:`adapld_cli.engine.graphs.uniform_shape`), ``ar``'s
-            single-token steps and the LM head included; ``True`` implies ``graphs``. No
-            product then sees a pass's size, so where the kernels are not batch-invariant (a
-            GPU's: cuBLAS picks kernels by shape) the rows of the draft tree's copied chain
-            are ``ar``'s bit for bit; a branch node's keys lie further on than ``ar`` puts
-            them, which attention can still see (``planes``). It costs a full pass each step:
-            nothing much where a pass's cost is flat in its size (a GPU), too much on a CPU
-            (which has exact kernels). The KV cache is then preallocated for all of
-            ``max_new_tokens`` (its width is a shape the kernels see; growing it mid-answer
-            would change it at a different step for each method). ``None`` = wherever static
-            passes run on CUDA (:meth:`uniform_passes`): on an H200 passes of several sizes
-            were not exact (2 of 26 CanItEdit tasks differed from ``ar``; 77 of 130 tree rows
-            bitwise equal to single steps), uniform passes with ``planes`` were (130 of 130;
-            docs/design.md, "Exactness on a GPU").
+        prompt_topk: compute the model's top-K at every prompt position during prefill
+            (else the token that followed a position stands in for it). Default: on CUDA
+            only: on a CPU it costs a large share of the prefill (docs/design.md,
+            "1. The engine", ``topk[j]``).
+        pass_topk: compute the model's top-K at each pass's accepted positions, read with
+            the argmax (else as for the prompt without ``prompt_topk``). Default: on CUDA
+            only: on a CPU it cost more host work than the branches it fed gained (same
+            section).
+        topk_lookup: compute a missing top-K row on demand from its cached final hidden
+            state: ``None`` when the expected gain beats the lookup's measured cost,
+            ``True`` / ``False`` always / never. Not a device default: :meth:`resolve`
+            keeps it.
+        semantic: the semantic fallback. Default: on CUDA only: on a CPU it cost more than
+            it gained (docs/performance.md, the ablations).
+        graphs: every method's verify passes as static passes, replayed as CUDA graphs on
+            a GPU (:mod:`adapld_cli.engine.graphs`). Default: on CUDA only (docs/design.md,
+            "Static passes (CUDA graphs)"); on a CPU they are exact but slower.
+        uniform: every pass at one static shape (:func:`~adapld_cli.engine.graphs.
+            uniform_shape`), ``ar``'s steps and the LM head included, and the KV cache
+            preallocated for all of ``max_new_tokens``; implies ``graphs``. No kernel sees a
+            pass's size, so the copied chain's rows are ``ar``'s bit for bit where kernels
+            are not batch-invariant; a full pass each step. Default: wherever static passes
+            run on CUDA (docs/design.md, "Exactness on a GPU").
         planes: with ``uniform``, each row attends its own copy of the keys laid out as
-            plain decoding lays them out for it (:func:`adapld_cli.engine.graphs.
-            planes_attention`), so a branch node's attention has ``ar``'s inputs too: exact
-            where the attention kernel computes a batch item independently of the others
-            (torch's stock CPU kernels do not always; a GPU's did). Costs a copy of the keys
-            per row and layer. ``None`` = with uniform passes on CUDA (:meth:`key_planes`).
-        span: static passes attend the cache's keys up to the first multiple of ``span``
-            rows past the pass, not the whole preallocated cache (``0``): the keys beyond
-            are masked for every row anyway and add exact zeros, while attention and the
-            key planes' copies cost in proportion to the keys read (on an H200 attention
-            over a 4,096-row cache was 67 % of a captured pass's GPU time). One captured
-            graph per span in use. ``None`` = :data:`SPAN_ROWS` wherever static passes run
-            on CUDA, else 0 (:meth:`key_span`).
+            plain decoding lays them out for it (:func:`~adapld_cli.engine.graphs.
+            planes_attention`): branch rows exact too where the attention computes a batch
+            item independently of the others. Default: with uniform passes on CUDA (same
+            section).
+        span: static passes attend the cache's keys up to the next multiple of ``span``
+            rows past the pass (``0``: the whole cache); the keys left out are masked anyway
+            and add exact zeros, while attention costs by the keys read. One graph per span
+            in use. Default: :data:`SPAN_ROWS` on CUDA, else 0 (docs/design.md, "Key
+            spans").
         branches / recycle / cursor / rerank / adaptive: ablation switches (like
-            ``semantic=False``); ``recycle``: recycled successors fill the rows a flat
-            pass leaves free, and compete for a no-hit step's nodes where passes cost by
-            their size (it needs ``branches``).
-            With ``adaptive=False`` the drafter always drafts ``max_draft_len`` and the full
-            tree.
+            ``semantic=False``). ``recycle`` (needs ``branches``): recycled successors fill
+            the rows a uniform pass leaves free, and compete for a no-hit step's nodes where
+            passes cost by their size. ``adaptive=False``: always ``max_draft_len`` and the
+            full tree.
     """
 
     max_draft_len: int = 128
@@ -129,45 +118,54 @@ class AdaPLDSettings:
     rerank: bool = True
     adaptive: bool = True
 
+    def resolve(self, device_type: str) -> AdaPLDSettings:
+        """These settings on a device of this type (``"cuda"``, ``"cpu"`` ...): a copy with
+        every device default settled, each field then what the engine does (``graphs``:
+        whether passes are static, ``uniform`` implying it; ``planes`` only with uniform
+        passes). Resolving resolved settings returns them unchanged. Raises ValueError for
+        a negative ``span``."""
+        cuda = device_type == "cuda"
+        graphs = bool(self.uniform) or _default(self.graphs, cuda)
+        uniform = _default(self.uniform, cuda and graphs)
+        span = _default(self.span, SPAN_ROWS if cuda else 0)
+        if span < 0:
+            raise ValueError(f"span must be >= 0, not {span}")
+        return replace(
+            self,
+            top_k=_default(self.top_k, TOP_K_FLAT if uniform else TOP_K),
+            prompt_topk=_default(self.prompt_topk, cuda),
+            pass_topk=_default(self.pass_topk, cuda),
+            semantic=_default(self.semantic, cuda),
+            graphs=graphs,
+            uniform=uniform,
+            planes=uniform and _default(self.planes, cuda),
+            span=span,
+        )
+
+    @property
+    def resolved(self) -> bool:
+        """Whether every device default is settled (:meth:`resolve`)."""
+        device_fields = (self.top_k, self.prompt_topk, self.pass_topk, self.semantic)
+        return None not in (*device_fields, self.graphs, self.uniform, self.planes, self.span)
+
+    # Views of :meth:`resolve` for callers outside the engine that ask about one field.
+
     def static_passes(self, device_type: str) -> bool:
-        """Whether verify passes run as static passes (:mod:`adapld_cli.engine.graphs`) on a
-        device of this type (``"cuda"``, ``"cpu"`` ...): always with ``uniform=True``, else
-        as ``graphs`` says, ``None`` meaning on CUDA only."""
-        if self.uniform:
-            return True
-        return device_type == "cuda" if self.graphs is None else self.graphs
+        """Whether verify passes run as static passes on a device of this type."""
+        return bool(self.resolve(device_type).graphs)
 
     def uniform_passes(self, device_type: str) -> bool:
-        """Whether every pass runs at one shape (``uniform``) on a device of this type:
-        ``None`` meaning whenever static passes run on CUDA."""
-        if self.uniform is None:
-            return device_type == "cuda" and self.static_passes(device_type)
-        return self.uniform
-
-    def topk_width(self, device_type: str | None = None) -> int:
-        """``K`` (``top_k``) on a device of this type: ``None`` meaning :data:`TOP_K_FLAT`
-        where passes all run at one shape (:meth:`uniform_passes`), else (and without a
-        device) :data:`TOP_K`."""
-        if self.top_k is not None:
-            return self.top_k
-        flat = device_type is not None and self.uniform_passes(device_type)
-        return TOP_K_FLAT if flat else TOP_K
+        """Whether every pass runs at one shape on a device of this type."""
+        return bool(self.resolve(device_type).uniform)
 
     def key_planes(self, device_type: str) -> bool:
-        """Whether uniform passes attend per-row key planes (``planes``) on a device of this
-        type: ``None`` meaning on CUDA."""
-        if not self.uniform_passes(device_type):
-            return False
-        return device_type == "cuda" if self.planes is None else self.planes
+        """Whether uniform passes attend per-row key planes on a device of this type."""
+        return bool(self.resolve(device_type).planes)
 
     def key_span(self, device_type: str) -> int:
-        """The rows per step of the keys static passes attend (``span``; 0 = the whole
-        cache) on a device of this type: ``None`` meaning :data:`SPAN_ROWS` on CUDA."""
-        if self.span is None:
-            return SPAN_ROWS if device_type == "cuda" else 0
-        if self.span < 0:
-            raise ValueError(f"span must be >= 0, not {self.span}")
-        return self.span
+        """The key span step of static passes on a device of this type (0: the whole
+        cache)."""
+        return int(self.resolve(device_type).span)  # type: ignore[arg-type]  # resolved
 
     def without(self, component: str) -> AdaPLDSettings:
         """A copy with one component switched off (``semantic``, ``branches``, ``recycle``,

@@ -10,8 +10,9 @@ from adapld_cli.engine.methods import METHODS
 from adapld_cli.engine.settings import AdaPLDSettings
 
 
-def make_drafter(method: str | Drafter, settings: AdaPLDSettings | None = None) -> Drafter:
-    """The drafter for a method name (or pass a :class:`Drafter` through)."""
+def make_drafter(method: str | Drafter, settings: AdaPLDSettings) -> Drafter:
+    """The drafter for a method name with resolved ``settings``
+    (:meth:`AdaPLDSettings.resolve`), or a :class:`Drafter` passed through."""
     if not isinstance(method, str):
         return method
     if method == "adapld":

@@ -79,14 +79,16 @@ class _Last:
 class AdaPLDDrafter:
     name = "adapld"
 
-    def __init__(self, settings: AdaPLDSettings | None = None) -> None:
-        s = self.s = settings or AdaPLDSettings()
-        maybe_semantic = s.semantic is not False  # None: decided by the device in start()
-        self.wants_hidden = s.rerank or maybe_semantic
-        self.wants_topk = s.topk_width() if (s.branches or maybe_semantic) else 0
+    def __init__(self, settings: AdaPLDSettings) -> None:
+        """``settings`` resolved for the device (:meth:`AdaPLDSettings.resolve`)."""
+        if not settings.resolved:
+            raise ValueError("AdaPLDDrafter needs resolved settings (AdaPLDSettings.resolve)")
+        s = self.s = settings
         self.semantic = bool(s.semantic)
-        self.prompt_topk = s.prompt_topk
-        self.pass_topk = s.pass_topk
+        self.wants_hidden = s.rerank or self.semantic
+        self.wants_topk = s.top_k if (s.branches or self.semantic) else 0
+        self.prompt_topk = bool(s.prompt_topk)
+        self.pass_topk = bool(s.pass_topk)
         self.hidden_layer = s.hidden_layer
         self.index = NgramIndex(s.min_ctxt, s.ctxt)
         self.succ: dict[int, list[int]] = {}  # token -> top-K predicted after its latest occurrence
@@ -109,8 +111,6 @@ class AdaPLDDrafter:
     # -- lifecycle ---------------------------------------------------------------------------
 
     def start(self, ctx: Context) -> None:
-        if self.s.semantic is None:
-            self.semantic = ctx.device_type == "cuda"
         self.index.extend(ctx.tokens)
         self._learn_successors(ctx, 0, ctx.pending)
 

@@ -17,8 +17,8 @@ class Drafter(Protocol):
     name: str
     wants_hidden: bool  # record the hooked layer's hidden states in the context
     wants_topk: int  # K of the top-K predictions to record (0 = none)
-    prompt_topk: bool | None  # also for prompt positions (None: only on CUDA devices)
-    pass_topk: bool | None  # for each pass's accepted positions (None: only on CUDA devices)
+    prompt_topk: bool  # ... for prompt positions too, at prefill
+    pass_topk: bool  # ... for each pass's accepted positions
     hidden_layer: int | None
 
     def start(self, ctx: Context) -> None:

@@ -1,18 +1,20 @@
-"""Model adapter: one forward pass over new tokens with a KV cache, and what the drafters
-need from it (a middle layer's hidden states, top-K next-token predictions).
+"""The model runner: forward passes of a Hugging Face causal LM over new tokens against a KV
+cache it owns, and what the drafters need from them (a middle layer's hidden states, top-K
+next-token predictions).
 
-The adapter knows Hugging Face decoder-only models (Llama, Qwen2, GPT-2 and others that take
-``position_ids``, a 4D float attention mask and a ``DynamicCache``, here one whose layers are
-written in place, :mod:`adapld_cli.engine.kvcache`); it knows nothing of drafting. Hidden
-states are captured by a forward hook on one decoder layer, never by asking the model for
-every layer's states. Prefill computes top-K in chunks: full prompt x vocab
-logits are never materialised.
+:class:`ModelRunner` knows Hugging Face decoder-only models (Llama, Qwen2, GPT-2 and others
+that take ``position_ids``, a 4D float attention mask and a ``DynamicCache``, here one whose
+layers are written in place, :mod:`adapld_cli.engine.kvcache`); it knows nothing of
+drafting. Hidden states are captured by a forward hook on one decoder layer, never by asking
+the model for every layer's states. Prefill computes top-K in chunks: full prompt x vocab
+logits are never materialised. Verify passes run eagerly or as static passes
+(:mod:`adapld_cli.engine.graphs`) over a workspace's cache
+(:mod:`adapld_cli.engine.workspaces`).
 """
 
 from __future__ import annotations
 
 import inspect
-import weakref
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,164 +22,17 @@ import torch
 
 from adapld_cli.compat import cache_keyword
 from adapld_cli.engine.graphs import BUCKETS, StaticPasses
+from adapld_cli.engine.logits import LazyLogits, topk_ids
 from adapld_cli.engine.prefix import PrefixCache
 from adapld_cli.engine.transfer import to_device
 from adapld_cli.engine.tree import tree_mask
 from adapld_cli.engine.types import UnsupportedModelError
+from adapld_cli.engine.workspaces import Workspace, Workspaces, workspace_rows
 
-# Prompt tokens per prefill pass. Measured on coder-1.5b (bf16, exact kernels, 2 threads; 800-
-# and 1,024-token prompts, 3 runs): 256 runs at 123-129 tok/s, 384 at 106-116, 512 at 113, 128 at
-# ~100. Every decoding method shares the prefill, so the chunk never affects exactness.
+# Prompt tokens per prefill pass: the fastest chunk measured on a CPU (docs/design.md,
+# "Prefill chunks"). Every decoding method shares the prefill, so the chunk never affects
+# exactness.
 PREFILL_CHUNK = 256
-
-
-# Static-pass caches are made for a multiple of this many rows, so that the next generations
-# on the model fit the same cache (and replay the graphs captured for it): on a GPU a step
-# that takes every edit up to ~4k tokens and the bench's short warm-up into one workspace
-# (masked keys are nearly free there), on a CPU (tests only) a smaller one.
-WORKSPACE_ROWS = 1024
-GPU_WORKSPACE_ROWS = 4096
-
-# Vocabulary entries per block of :func:`topk_ids`' first pass (a row's maximum per block).
-TOPK_BLOCK = 128
-
-
-def topk_ids(logits: torch.Tensor, k: int) -> torch.Tensor:
-    """Ids ``[n, k]`` of the ``k`` largest of each row of ``logits [n, V]``, largest first
-    (the values of ``logits.topk(k).indices``; among equal values either may come first).
-
-    On a CPU, torch's ``topk`` over a 151,936-entry vocabulary costs ~0.14 ms a row (2
-    threads): the per-pass top-K of the accepted rows was most of the engine's own work per
-    pass. Here in float32: each row's maximum per block of :data:`TOPK_BLOCK` entries, the
-    ``k`` best blocks (every one of the ``k`` largest entries lies in one of them), then the
-    ``k`` best of those blocks' entries: 6-8x faster for 13-45 rows. Elsewhere (CUDA): torch's
-    own."""
-    n, vocab = logits.shape
-    c = TOPK_BLOCK
-    if logits.device.type != "cpu" or vocab < c * (k + 1) or n == 0:
-        return logits.topk(k, dim=-1).indices
-    if n > 64 and logits.dtype != torch.float32:  # bound the float32 copy (a prefill chunk)
-        return torch.cat([topk_ids(logits[i : i + 64], k) for i in range(0, n, 64)])
-    x = logits.float().contiguous()  # no copy when it is float32 already
-    full = vocab // c
-    body = x.as_strided((n, full, c), (vocab, c, 1))  # [n, blocks, c]
-    maxes = body.amax(-1)  # [n, blocks (+ 1: the tail)]
-    if full * c < vocab:
-        maxes = torch.cat([maxes, x[:, full * c :].amax(-1, keepdim=True)], 1)
-    best = maxes.topk(k, dim=-1).indices  # [n, k] block ids
-    ids = (best[..., None] * c + torch.arange(c)).reshape(n, k * c)  # candidates
-    vals = x.gather(1, ids.clamp(max=vocab - 1))
-    vals.masked_fill_(ids >= vocab, float("-inf"))  # the tail block's ids past the end
-    return ids.gather(1, vals.topk(k, dim=-1).indices)
-
-
-class LazyLogits:
-    """Logits of one pass's ``n`` nodes, computed by the LM head in blocks of rows on first
-    use: the acceptance walk touches only the nodes on its path, so a draft rejected early
-    does not pay the head (a quarter of a small model's compute) for the nodes after it.
-
-    Each block's argmax is one device read. With ``topk`` (``k`` > 0) that read brings the
-    block's top-``k`` ids too, so :meth:`topk` of those rows reads nothing more: on a GPU,
-    whose pass is one block, a greedy pass then syncs once."""
-
-    def __init__(
-        self,
-        runner: ModelRunner,
-        last: torch.Tensor,
-        block: int = 16,
-        n: int | None = None,
-        topk: int = 0,
-    ) -> None:
-        # last: [m, H], the nodes' n rows first (m > n: a static pass's padding rows, which
-        # the head computes with them so that a block's shape never depends on the pass)
-        self._runner, self._last, self._block = runner, last, block
-        self._n = last.shape[0] if n is None else n
-        self._k = topk
-        self._blocks: dict[int, torch.Tensor] = {}  # block index -> logits [<=block, vocab]
-        self._floats: dict[int, torch.Tensor] = {}  # the same in float32 (argmax, top-K)
-        self._argmax: dict[int, list[int]] = {}
-        self._topk: dict[int, list[list[int]]] = {}  # block index -> top-k ids per row
-
-    def __len__(self) -> int:
-        return self._n
-
-    def _get(self, b: int) -> torch.Tensor:
-        if b not in self._blocks:
-            with torch.inference_mode():
-                rows = self._last[b * self._block : (b + 1) * self._block]
-                self._blocks[b] = self._runner.logits(rows)
-        return self._blocks[b]
-
-    def row(self, i: int) -> torch.Tensor:
-        """Logits ``[vocab]`` of node ``i``."""
-        return self._get(i // self._block)[i % self._block]
-
-    def _float(self, b: int) -> torch.Tensor:
-        if b not in self._floats:
-            self._floats[b] = self._get(b).float()
-        return self._floats[b]
-
-    def argmax(self, i: int) -> int:
-        b = i // self._block
-        if b not in self._argmax:
-            # float32 argmax is 5x faster than bfloat16's, same index (exact conversion;
-            # ties go to the first maximum either way)
-            best = self._float(b).argmax(-1)  # [rows]
-            if self._k:  # one read for both: [rows, 1 + k]
-                both = torch.cat([best[:, None], self._block_topk(b, self._k)], 1).tolist()
-                self._argmax[b] = [row[0] for row in both]
-                self._topk[b] = [row[1:] for row in both]
-            else:
-                self._argmax[b] = best.tolist()
-        return self._argmax[b][i % self._block]
-
-    def _block_topk(self, b: int, k: int) -> torch.Tensor:
-        """Top-``k`` ids ``[rows, k]`` of block ``b`` (:func:`topk_ids`), in place: a path
-        covers most of its blocks' rows; gathering its rows first would copy 0.6 MB a row."""
-        with torch.inference_mode():
-            return topk_ids(self._float(b), k)
-
-    def rows(self, idx: list[int]) -> torch.Tensor:
-        """Logits ``[len(idx), vocab]`` of the given nodes."""
-        return torch.stack([self.row(i) for i in idx])
-
-    def topk(self, idx: list[int], k: int) -> list[list[int]]:
-        """Top-``k`` ids of the given nodes, best first, on the host: what the argmax read
-        brought where ``k`` is the ``topk`` this was made with, else computed for whole
-        blocks (one read)."""
-        blocks = {i // self._block for i in idx}
-        if k != self._k or not blocks <= self._topk.keys():
-            ids = {b: self._block_topk(b, k) for b in blocks}
-            found = torch.stack([ids[i // self._block][i % self._block] for i in idx])
-            return found.tolist()
-        return [self._topk[i // self._block][i % self._block] for i in idx]
-
-
-@dataclass
-class _Workspace:
-    """A static-pass cache kept between generations on one model (see
-    :meth:`ModelRunner._take_workspace`)."""
-
-    cache: Any
-    capacity: int
-    static: StaticPasses | None = None
-    busy: bool = False
-
-
-# model -> (hooked layer index, pass shapes) -> its workspace (dropped with the model)
-_WORKSPACES: weakref.WeakKeyDictionary[Any, dict[Any, _Workspace]] = weakref.WeakKeyDictionary()
-
-
-def prepare_passes(model: Any) -> int:
-    """Before a model's next generations: run (on a GPU: capture) a static pass for every key
-    span that its free workspaces' caches can reach and no pass has used yet
-    (:meth:`StaticPasses.prepare`); returns how many. For warm-ups (the bench's)."""
-    count = 0
-    with torch.inference_mode():
-        for ws in _WORKSPACES.get(model, {}).values():
-            if ws.static is not None and ws.static.valid and not ws.busy:
-                count += ws.static.prepare()
-    return count
 
 
 @dataclass
@@ -198,7 +53,9 @@ def _decoder_layers(base: Any) -> Any:
 
 
 class ModelRunner:
-    """Runs a causal LM one step at a time against a cache it owns."""
+    """Runs a causal LM one step at a time against a cache it owns (with ``static``: a
+    workspace's cache from ``workspaces``, held until :meth:`close`; none given: a
+    :class:`~adapld_cli.engine.workspaces.Workspaces` of its own)."""
 
     def __init__(
         self,
@@ -212,8 +69,8 @@ class ModelRunner:
         shapes: tuple[int, ...] = BUCKETS,
         planes: bool = False,
         span: int = 0,
+        workspaces: Workspaces | None = None,
     ) -> None:
-
         config = model.config
         if getattr(config, "is_encoder_decoder", False):
             raise UnsupportedModelError(f"{type(model).__name__} is an encoder-decoder model")
@@ -256,10 +113,10 @@ class ModelRunner:
         self._planes = planes  # ... with key planes (graphs.planes_attention)
         self._span = span  # ... attending keys in spans of this many rows (graphs.key_span)
         self.static: StaticPasses | None = None  # made at the first pass (after the prefill)
-        self._workspace: _Workspace | None = None
+        self._workspace: Workspace | None = None
         self._counts0 = (0, 0)  # the static passes' (runs, replays) when this runner began
         if static:
-            self._take_workspace(capacity)
+            self._take_workspace(capacity, Workspaces() if workspaces is None else workspaces)
         else:
             self.cache = self._new_cache(capacity)  # preallocated; grows by doubling past it
 
@@ -271,26 +128,14 @@ class ModelRunner:
         except ValueError as exc:
             raise UnsupportedModelError(f"{type(self.model).__name__}: {exc}") from exc
 
-    def _take_workspace(self, capacity: int) -> None:
+    def _take_workspace(self, capacity: int, workspaces: Workspaces) -> None:
         """Static passes keep their cache (and captured graphs) for the model's next
-        generation: reuse a free workspace of this model, hooked layer and pass shapes of
-        ``capacity`` rows rounded up to :data:`WORKSPACE_ROWS` (:data:`GPU_WORKSPACE_ROWS` on
-        CUDA), else make one. The capacity is the keys' width in every pass, so it is a
-        function of this generation alone: what ran before never changes the kernels' shapes
-        (nor, where they are not batch-invariant, the output)."""
-        spaces = _WORKSPACES.setdefault(self.model, {})
+        generation: take over the workspace of this model and pass layout (hooked layer,
+        shapes, planes, span) of ``capacity`` rows rounded up (:func:`workspace_rows`), or a
+        new one (:meth:`Workspaces.take`)."""
         key = (self._hidden_idx, self._shapes, self._planes, self._span)
-        step = GPU_WORKSPACE_ROWS if self.device.type == "cuda" else WORKSPACE_ROWS
-        rows = -(-capacity // step) * step
-        ws = spaces.get(key)
-        if ws is None or ws.busy or ws.capacity != rows:
-            ws = _Workspace(self._new_cache(rows), rows)
-            if key not in spaces or not spaces[key].busy:
-                spaces[key] = ws
-        else:
-            for layer in ws.cache.layers:
-                layer.reset()
-        ws.busy = True
+        rows = workspace_rows(capacity, self.device.type)
+        ws = workspaces.take(self.model, key, rows, self._new_cache)
         self._workspace, self.cache, self.static = ws, ws.cache, ws.static
         if ws.static is not None:  # its passes run this runner's forward from now on
             ws.static.forward = self._static_forward

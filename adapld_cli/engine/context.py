@@ -7,8 +7,9 @@ and the model's top-K next-token ids ``topk[j]`` (on the host: a list per positi
 drafters read every step without a device read). Everything is recorded from passes the
 engine ran anyway; drafters only read it.
 
-Prompt positions get no top-K at prefill on a CPU (an LM-head pass over the whole prompt
-costs ~40% of prefill): their row holds the token that followed them. With a predictor
+Prompt positions get no top-K at prefill on a CPU (an LM-head pass over the whole prompt is
+a large share of the prefill there; docs/design.md, "1. The engine"): their row holds the
+token that followed them. With a predictor
 attached (:meth:`attach`, the model runner), :meth:`topk_rows` computes a position's real
 top-K on demand from its cached final hidden state (one LM-head row), caches it, and times
 it so drafters can weigh a lookup against what it may gain (:meth:`lookup_ratio`).
@@ -105,9 +106,10 @@ class Context:
 
     def unit_hidden(self, end: int) -> torch.Tensor:
         """The L2-normalised hidden states ``[end, H]`` of positions ``0 .. end - 1``: rows
-        recorded since the last call are normalised here, in place and all at once. (Once
-        per pass at record time, a small op right after a forward pass costs ~0.2 ms on a
-        CPU, its caches cold; drafters read states only on some steps.)"""
+        recorded since the last call are normalised here, in place and all at once: once
+        per pass at record time a small op runs right after a forward pass, on a CPU with
+        its caches cold, while drafters read states only on some steps (docs/design.md,
+        "1. The engine", ``h[j]``)."""
         assert self.hidden is not None
         if end > self._unit:
             rows = self.hidden[self._unit : end]

@@ -2,11 +2,11 @@
 
 Passes over ``n`` new tokens are timed; the model keeps a decaying average of seconds per
 size bucket (``n`` = 1, 2-3, 4-7, ..., 64-127, 128+) and interpolates between buckets. The
-curve is far from linear on a CPU — a 2-token pass already costs ~1.5-2 single steps (the
-matrix products switch from vector to matrix kernels) while 64 tokens cost ~5 — so the
-drafters see the real shape. Buckets not measured yet follow a device prior scaled to the
-measured ones (docs/design.md, "Cost model"). :meth:`ratio` gives the cost of ``n`` tokens
-in single steps.
+curve is far from linear on a CPU (a pass of a few tokens already costs more than a step,
+the matrix products switching from vector to matrix kernels, while a large one costs far
+less than its size in steps), so the drafters see the real shape. Buckets not measured yet
+follow a device prior scaled to the measured ones (docs/design.md, "2. Cost model").
+:meth:`ratio` gives the cost of ``n`` tokens in single steps.
 
 Passes of one static shape (``flat``: uniform passes compute every row of the shape whatever
 the draft's size) cost one pass by construction: their ratio is 1 up to the shape, whatever
@@ -20,9 +20,9 @@ from __future__ import annotations
 import math
 from bisect import bisect_right
 
-# Prior cost of a pass over n tokens in single-step units (CPU: `adapld bench --verify-cost
-# --model coder-0.5b`, bfloat16 with the exact kernels, 2 cores, 1,000-token cache; 128
-# extrapolated; GPU: verification is nearly free up to a few dozen tokens).
+# Prior cost of a pass over n tokens in single-step units: on a CPU the measured curve of the
+# default kernels (docs/design.md, "2. Cost model", with its command; 128 extrapolated), on
+# a GPU nearly flat up to a few dozen tokens.
 PRIOR = {
     "cpu": {1: 1.0, 2: 1.12, 4: 1.3, 8: 1.65, 16: 2.4, 32: 3.9, 64: 6.7, 128: 13.0},
     "cuda": {1: 1.0, 2: 1.0, 4: 1.0, 8: 1.02, 16: 1.05, 32: 1.1, 64: 1.2, 128: 1.5},

@@ -166,9 +166,10 @@ def grouped_attention(buf: _Bucket, qkv: tuple[torch.Tensor, ...], scaling: Any)
     ``G`` query heads become its query rows (``[1, KV, G * b, d]``, the pass's mask repeated
     per head) against the cache's own ``[1, KV, s, d]``. Transformers' sdpa attention copies
     the keys and values once per query head instead (``repeat_kv``: with a mask, torch's
-    ``enable_gqa`` takes its math backend): on an H200 two ~28 us copies a layer, 11 % of a
-    replayed pass. Each row is computed alone at one shape whatever the other rows, so a row
-    on the draft tree's first-child chain is the single step's as before (``uniform``)."""
+    ``enable_gqa`` takes its math backend), a share of a replayed pass the GPU profile
+    measured (docs/design.md, "Grouped heads"). Each row is computed alone at one shape
+    whatever the other rows, so a row on the draft tree's first-child chain is the single
+    step's as before (``uniform``)."""
     assert buf.grouped is not None
     query, key, value = qkv
     b, heads, kv, d = query.shape[2], query.shape[1], key.shape[1], query.shape[3]
@@ -185,7 +186,8 @@ def planes_attention(buf: _Bucket, qkv: tuple[torch.Tensor, ...], scaling: Any) 
     prefix, then its ancestors in depth order, then itself; nothing else visible), one batch
     item per row. A row's attention then has the very inputs of a single-token step at its
     position, so a branch node's row is exact too where the kernel computes each batch item
-    independently of the others (torch's CPU kernel does not always: docs/design.md).
+    independently of the others (torch's CPU kernel does not always: docs/design.md, "Key
+    planes").
     The planes are kept from pass to pass (:class:`KeyPlanes`: only the pass's rows are
     copied) or, without them, gathered whole from the cache. Shapes as
     :func:`static_attention`'s (``qkv``: its query, key and value)."""
@@ -212,8 +214,8 @@ class KeyPlanes:
     """Key planes kept from pass to pass, so a pass copies its own rows only.
 
     Gathered whole, row ``i``'s plane is a copy of every key it attends: ``b x s`` rows a
-    layer and pass (at 80 rows and a 1,024-row span ~84 MB a layer for coder-1.5b, written
-    and read again, before the attention reads it). But a plane is the cache's prefix
+    layer and pass, written and read again before the attention reads it (docs/design.md,
+    "Kept key planes"). But a plane is the cache's prefix
     followed by the row's ancestors, and the prefix changes only where the cache does (the
     rows a pass accepted, at most ``b``). So here each layer keeps ``b`` planes ``[b, KV,
     capacity, d]`` (keys and values) and a pass writes ``2b`` rows of each, inside the
@@ -295,10 +297,9 @@ def captured_attention() -> Any:
     """A context in which ``scaled_dot_product_attention`` may use every backend, cuDNN's
     first, whatever the process-wide flags say: for the warm-up and capture of a static
     pass. :func:`adapld_cli.model.placement.tune_attention` switches cuDNN off for eager
-    passes, where it pays a ~2 ms execution-graph build on every new shape; a captured graph
-    pays that once per shape, and cuDNN's kernel was the fastest there (H200, torch 2.11:
-    a 1-token pass through graphs 5.2 ms with it, 9.3 ms with memory-efficient attention,
-    342 us a call against cuDNN's ~8 us; docs/design.md, "Static passes"). A backend that
+    passes, where it pays an execution-graph build on every new shape; a captured graph
+    pays that once per shape, and cuDNN's kernel was the fastest there (docs/design.md,
+    "cuDNN attention"). A backend that
     cannot run a call is passed over for the next. ``ADAPLD_CAPTURE_CUDNN=0`` leaves the
     process-wide flags as they are (a measurement's other arm)."""
     if os.environ.get(ENV_CAPTURE_CUDNN, "1") == "0":
@@ -497,7 +498,7 @@ class StaticPasses:
         rows repeat the first token at the root's position and see only themselves). All
         the rest is :meth:`_fill`'s, inside the captured forward."""
         n, b = len(ids), buf.ids.shape[1]
-        host = np.empty((3 + b, b), dtype=np.int64)  # (numpy: a few us where torch took ~100)
+        host = np.empty((3 + b, b), dtype=np.int64)  # numpy: cheaper host work than torch's
         host[0, :n], host[0, n:] = ids, ids[0]  # ids, padding repeating the first
         host[1, :n] = length + (np.arange(n) if depths is None else np.asarray(depths))
         host[1, n:] = length  # positions

@@ -1,8 +1,8 @@
 """A KV cache that is written in place: preallocated buffers and a length per layer.
 
 Transformers' ``DynamicLayer`` concatenates every pass's keys and values onto the cache, so
-each pass copies the whole cache of every layer (~1 MB per layer at a 1,000-token context on
-the 1.5B model), and compacting a draft tree to its accepted path copies it again. A
+each pass copies the whole cache of every layer, and compacting a draft tree to its accepted
+path copies it again (docs/design.md, "KV cache written in place"). A
 :class:`GrowingLayer` keeps ``[batch, heads, capacity, head_dim]`` buffers and a length:
 
 - :meth:`GrowingLayer.update` writes the new rows after the cached ones and returns views of

@@ -70,17 +70,15 @@ class AdaPLDSettings:
         graphs: every method's verify passes as static passes, replayed as CUDA graphs on
             a GPU (:mod:`adapld_cli.engine.graphs`). Default: on CUDA only (docs/design.md,
             "Static passes (CUDA graphs)"); on a CPU they are exact but slower.
-        uniform: every pass at one static shape (:func:`~adapld_cli.engine.graphs.
-            uniform_shape`), ``ar``'s steps and the LM head included, and the KV cache
-            preallocated for all of ``max_new_tokens``; implies ``graphs``. No kernel sees a
-            pass's size, so the copied chain's rows are ``ar``'s bit for bit where kernels
-            are not batch-invariant; a full pass each step. Default: wherever static passes
-            run on CUDA (docs/design.md, "Exactness on a GPU").
-        planes: with ``uniform``, each row attends its own copy of the keys laid out as
-            plain decoding lays them out for it (:func:`~adapld_cli.engine.graphs.
-            planes_attention`): branch rows exact too where the attention computes a batch
-            item independently of the others. Default: with uniform passes on CUDA (same
-            section).
+        uniform: every pass of every method at one static shape (``graphs.uniform_shape``),
+            the LM head included, the KV cache preallocated for all of ``max_new_tokens``;
+            implies ``graphs``. The copied chain's rows are then ``ar``'s bit for bit on
+            kernels that are not batch-invariant, at a full pass a step. Default: wherever
+            static passes run on CUDA (docs/design.md, "Exactness on a GPU").
+        planes: with ``uniform``, each row attends its own copy of the keys, laid out as
+            plain decoding lays them out for it (``graphs.planes_attention``): branch rows
+            exact too where the attention computes each batch item alone. Default: with
+            uniform passes on CUDA (same section).
         span: static passes attend the cache's keys up to the next multiple of ``span``
             rows past the pass (``0``: the whole cache); the keys left out are masked anyway
             and add exact zeros, while attention costs by the keys read. One graph per span

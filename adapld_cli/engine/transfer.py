@@ -3,7 +3,7 @@
 ``torch.tensor(data, device="cuda")`` (and ``.to("cuda")`` of a pageable host tensor) copies
 and then synchronizes the stream: the host waits for every kernel queued before it. A decode
 step made three such copies besides its one necessary read (the argmax of the pass), each a
-wait on the GPU (H200 profile: 80 % of the engine's host time in those copies). Staged in
+wait on the GPU (docs/design.md, "Host copies without a wait"). Staged in
 pinned memory and copied with ``non_blocking``, the copy is queued like a kernel, in stream
 order, and the host goes on; torch's pinned-memory cache keeps the staging block until the
 copy is done. On other devices this is ``torch.tensor``.

@@ -96,9 +96,9 @@ def ancestors(parents: Sequence[int] | None, size: int | None = None) -> torch.T
 
 
 def ancestor_rows(parents: Sequence[int] | None, size: int | None = None) -> np.ndarray:
-    """:func:`ancestors` as a numpy array: a tree's rows ORed in numpy, ~0.6 us a row where a
-    tensor's take ~4 (a 65-node tree: 40 us, not 250, of the host work before every tree
-    pass)."""
+    """:func:`ancestors` as a numpy array: a tree's rows ORed in numpy, host work before
+    every tree pass that tensors made several times dearer (docs/design.md, "Host work
+    before a pass")."""
     if parents is None:
         assert size is not None
         return np.tri(size, dtype=bool)

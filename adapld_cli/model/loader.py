@@ -280,8 +280,8 @@ def resolve_weights(weights: str | None, target: Target, placement: Any) -> bool
 
     ``auto`` takes them wherever they can run (a GGUF or embedded model, on a CPU with AVX-512
     BF16, a C++ compiler and ninja, in bfloat16 with adapld's kernels): faster at every pass
-    size and as exact (README, Performance). ``quantized`` where they cannot run, or an
-    unknown value, raises :class:`ModelError`.
+    size and as exact (docs/performance.md, "Figures behind code decisions"). ``quantized``
+    where they cannot run, or an unknown value, raises :class:`ModelError`.
     """
     name = (weights or os.environ.get(ENV_WEIGHTS, "") or "auto").strip().lower()
     if name not in WEIGHT_MODES:

@@ -139,15 +139,16 @@ def _one(
     baseline: float | None,
 ) -> EditResult:
     """One generation on the sample, under the live panel when wanted."""
-    from adapld_cli.edit import EditOptions, EditSession
+    from adapld_cli.edit import EditOptions, LocalModel, judge
 
-    session = EditSession(loaded, EditOptions(method=method))
-    prepared = session.prepare(source, instruction)
+    local = LocalModel(loaded, EditOptions(method=method))
+    prepared = local.prepare(source, instruction)
     shown = "plain decoding (ar)" if method == "ar" else method
     with view.generating(
         SAMPLE, loaded.tokenizer, shown, baseline_tok_s=baseline, transient=False
     ) as panel:
-        return session.run(prepared, panel)
+        generation = local.generate(prepared, panel)
+    return judge(prepared, generation)
 
 
 def _comparison(plain: EditResult, result: EditResult, method: str) -> str:

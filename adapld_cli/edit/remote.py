@@ -1,9 +1,9 @@
 """Generation by a server: the same edit, with the model behind an OpenAI-compatible API.
 
-Contract: :class:`RemoteSession` has :class:`~adapld_cli.edit.session.EditSession`'s
-``prepare``/``run`` and returns the same :class:`~adapld_cli.edit.session.EditResult`, judged
-by the same :func:`~adapld_cli.edit.session.judge_text`: everything after generation (the
-checks, write-back, journal, exit codes) is shared with local editing. The conversation is
+Contract: :class:`RemoteModel` has :class:`~adapld_cli.edit.local.LocalModel`'s interface
+(``prepare``, ``refit``, ``generate``) and returns the same
+:class:`~adapld_cli.edit.request.Generation`: everything after generation (the judge, repairs,
+write-back, journal, exit codes) is shared with local editing. The conversation is
 ``adapld edit``'s own: the template's messages, then the answer's opening (code fence) as an
 assistant message to continue, which ``adapld serve`` and llama.cpp's server treat as a
 prefill; a server that answers from scratch and repeats the opening gets it stripped. The
@@ -24,22 +24,9 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from adapld_cli.edit.errors import EditError
-from adapld_cli.edit.prompt import (
-    Conversation,
-    Prompt,
-    PromptTemplate,
-    conversation,
-    load_template,
-)
-from adapld_cli.edit.session import (
-    EditOptions,
-    EditResult,
-    PreparedEdit,
-    checked_language,
-    judge_text,
-    retry_conversation,
-)
-from adapld_cli.edit.source import SourceFile
+from adapld_cli.edit.files.source import SourceFile
+from adapld_cli.edit.prompt import Conversation, Prompt, PromptTemplate, load_template
+from adapld_cli.edit.request import EditOptions, Generation, PreparedEdit, first_conversation
 from adapld_cli.engine.types import GenerationConfig, Source, Stats, StepEvent
 
 ENV_SERVER = "ADAPLD_SERVER"
@@ -190,8 +177,8 @@ class Pieces:
         return "".join(self.texts[i] for i in ids)
 
 
-class RemoteSession:
-    """Edits files through a server (see the module contract)."""
+class RemoteModel:
+    """Generates edits with the model behind a server (see the module contract)."""
 
     def __init__(
         self,
@@ -215,11 +202,7 @@ class RemoteSession:
     def prepare(
         self, source: SourceFile, instruction: str, lang: str | None = None
     ) -> PreparedEdit:
-        lang = checked_language(source, instruction, lang)
-        conv = conversation(
-            self.template, code=source.text, instruction=instruction, filename=source.name,
-            lang=lang,
-        )  # fmt: skip
+        lang, conv = first_conversation(self.template, source, instruction, lang)
         prompt = Prompt(text="", ids=[], fence=conv.fence, stop_string="\n" + conv.fence)
         opt = self.options
         config = GenerationConfig(
@@ -235,13 +218,9 @@ class RemoteSession:
         )  # fmt: skip
         return prepared
 
-    def repair(self, prepared: PreparedEdit, result: EditResult) -> PreparedEdit | None:
-        """The next attempt after ``result`` (:func:`retry_conversation`), or None. The
-        server checks the context."""
-        conv = retry_conversation(prepared, result)
-        if conv is None:
-            return None
-        return replace(prepared, conversation=conv, base=prepared.first)
+    def refit(self, prepared: PreparedEdit, conv: Conversation) -> PreparedEdit:
+        """``prepared`` with another conversation (a repair); the server checks the context."""
+        return replace(prepared, conversation=conv)
 
     def payload(self, prepared: PreparedEdit) -> dict[str, Any]:
         cfg = prepared.config
@@ -261,9 +240,10 @@ class RemoteSession:
             body["max_tokens"] = cfg.max_new_tokens
         return body
 
-    def run(
+    def generate(
         self, prepared: PreparedEdit, on_event: Callable[[StepEvent], None] | None = None
-    ) -> EditResult:
+    ) -> Generation:
+        """Stream the answer from the server until it finishes."""
         stats = Stats(method=METHOD)
         parts: list[str] = []
         finish: str | None = None
@@ -295,7 +275,7 @@ class RemoteSession:
             )
         text = _strip_opening("".join(parts), prepared)
         reason = {"stop": "stop_string", "length": "max_new_tokens"}.get(finish, finish)
-        return judge_text(prepared, text, stats, reason, force=self.options.force)
+        return Generation(text=text, stats=stats, stop_reason=reason)
 
 
 def _strip_opening(text: str, prepared: PreparedEdit) -> str:
@@ -310,7 +290,7 @@ def _strip_opening(text: str, prepared: PreparedEdit) -> str:
 
 
 def _conversation(prepared: PreparedEdit) -> Conversation:
-    assert prepared.conversation is not None, "prepared by RemoteSession.prepare"
+    assert prepared.conversation is not None, "prepared by RemoteModel.prepare"
     return prepared.conversation
 
 

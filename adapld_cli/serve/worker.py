@@ -83,7 +83,7 @@ class Generator:
         max_tokens: int = 8192,
         model_id: str | None = None,
     ) -> None:
-        from adapld_cli.edit.session import context_limit, stop_token_ids
+        from adapld_cli.edit.local import context_limit, stop_token_ids
 
         self.loaded = loaded
         self.method = method

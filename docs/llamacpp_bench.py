@@ -82,7 +82,7 @@ def main() -> None:
     import argparse
 
     from adapld_cli.bench.tasks import load_tasks
-    from adapld_cli.edit import EditOptions, LocalModel, decode_source
+    from adapld_cli.edit import EditOptions, LocalModel, decode_source, prepare
     from adapld_cli.model import load
 
     parser = argparse.ArgumentParser(description="The llama.cpp rows of the README.")
@@ -96,7 +96,7 @@ def main() -> None:
     session = LocalModel(load("coder-1.5b", device="cpu"), options)
     tasks = load_tasks("adapld_cli/bench/edit_cases.jsonl", names=args.task)
     preps = [
-        session.prepare(decode_source(t.before.encode("utf-8"), t.filename), t.instruction)
+        prepare(session, decode_source(t.before.encode("utf-8"), t.filename), t.instruction)
         for t in tasks
     ]
     if method:  # warm-up: the kernels, caches and allocator, as adapld bench does

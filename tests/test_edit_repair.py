@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from adapld_cli.edit import EditOptions, LocalModel, decode_source, judge
+from adapld_cli.edit import EditOptions, LocalModel, decode_source, judge, prepare
 from adapld_cli.edit.judge import UNCHANGED_FEEDBACK
 from adapld_cli.edit.prompt import REPAIR_REQUEST
 from adapld_cli.edit.repair import repair_request
@@ -29,7 +29,7 @@ def src(texts):
 
 def test_refused_result_is_asked_again_with_the_reason(loaded, src, texts):
     local = LocalModel(loaded("broken"), EditOptions(attempts=3))
-    first = local.prepare(src, "rename foo to bar")
+    first = prepare(local, src, "rename foo to bar")
     result = generated(local, first)
     assert result.status == "refused" and result.feedback.startswith("The file you returned")
     assert "does not parse (line 1" in result.feedback
@@ -77,7 +77,7 @@ def test_accepted_and_unrepairable_results_are_not_asked_again(loaded, src, text
 
 def test_unchanged_is_asked_again_and_may_stay_unchanged(loaded, src, texts):
     local = LocalModel(loaded("same"), EditOptions(attempts=2))
-    first = local.prepare(src, "add type hints")
+    first = prepare(local, src, "add type hints")
     result = generated(local, first)
     assert result.status == "unchanged" and result.feedback == UNCHANGED_FEEDBACK
     final = edit_file(local, src, "add type hints")
@@ -87,7 +87,7 @@ def test_unchanged_is_asked_again_and_may_stay_unchanged(loaded, src, texts):
 
 def test_repair_that_does_not_fit_the_context_is_skipped(loaded, src):
     local = LocalModel(loaded("broken"), EditOptions(attempts=2))
-    first = local.prepare(src, "rename")
+    first = prepare(local, src, "rename")
     local.context_limit = len(first.prompt.ids) + first.source_tokens + 20  # room for one attempt
     result = edit_file(local, src, "rename")
     assert result.status == "refused" and result.attempts == 1
@@ -116,7 +116,7 @@ def test_cli_reports_attempts(tiny_models, source_file, tmp_path, texts):
 
 def test_undefined_names_are_asked_again_and_written_with_a_warning(loaded, src):
     local = LocalModel(loaded("undefined"), EditOptions(attempts=2))
-    first = local.prepare(src, "rename foo to bar")
+    first = prepare(local, src, "rename foo to bar")
     result = generated(local, first)
     assert result.status == "changed" and result.undefined == "baz (line 6)"
     assert "never defines or imports: baz (line 6)" in result.feedback
@@ -142,8 +142,6 @@ def test_cli_writes_a_result_with_undefined_names_and_warns(tiny_models, source_
 def test_a_changed_result_is_kept_over_a_worse_retry(loaded, src):
     """The attempt loop never trades a changed result (asked again for its undefined names)
     for a retry that is refused or unchanged: the changed one is kept, both attempts counted."""
-    from types import SimpleNamespace
-
     from adapld_cli.edit import Attempts, EditResult
     from adapld_cli.engine.types import Stats
 
@@ -153,8 +151,8 @@ def test_a_changed_result_is_kept_over_a_worse_retry(loaded, src):
             stop_reason="eos", feedback=feedback,
         )  # fmt: skip
 
-    prepared = LocalModel(loaded("rename")).prepare(src, "rename foo to bar")
-    backend = SimpleNamespace(options=EditOptions(attempts=3), refit=lambda p, conv: p)
+    backend = LocalModel(loaded("rename"), EditOptions(attempts=3))
+    prepared = prepare(backend, src, "rename foo to bar")
     answers = iter([made("changed", "undefined names"), made("refused", "lost foo")])
     attempts = Attempts(backend, prepared)
     for _attempt in attempts:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from adapld_cli.edit import EditOptions, InputError, LocalModel, decode_source
+from adapld_cli.edit import EditOptions, InputError, LocalModel, decode_source, prepare
 from adapld_cli.edit.run import edit_file
 from adapld_cli.engine.types import StepEvent
 
@@ -34,7 +34,7 @@ def test_rename_is_the_same_for_every_method(loaded, src, texts, method):
 
 def test_prompt_ends_with_the_opened_fence(loaded, src):
     lm = loaded("rename")
-    prepared = LocalModel(lm).prepare(src(), "rename foo to bar")
+    prepared = prepare(LocalModel(lm), src(), "rename foo to bar")
     assert prepared.prompt.ids[-1] == lm.tokenizer.convert_tokens_to_ids("```python\n")
     assert prepared.config.stop_strings == ("\n```",)
     assert lm.tokenizer.eos_token_id in prepared.config.stop_token_ids

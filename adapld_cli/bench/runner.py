@@ -92,13 +92,13 @@ class BenchRunner:
 
     def _prepare(self, local: Any) -> list[tuple[Task, Any]]:
         """Each task's prompt as ``adapld edit`` builds it; tasks it refuses are skipped."""
-        from adapld_cli.edit import EditError, decode_source
+        from adapld_cli.edit import EditError, decode_source, prepare
 
         prepared: list[tuple[Task, Any]] = []
         for task in self.tasks:
             try:
                 source = decode_source(task.before.encode("utf-8"), task.filename)
-                prepared.append((task, local.prepare(source, task.instruction)))
+                prepared.append((task, prepare(local, source, task.instruction)))
             except EditError as exc:
                 self.skipped.append({"task": task.name, "reason": str(exc)})
                 if self.on_skip:

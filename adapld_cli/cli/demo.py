@@ -139,10 +139,10 @@ def _one(
     baseline: float | None,
 ) -> EditResult:
     """One generation on the sample, under the live panel when wanted."""
-    from adapld_cli.edit import EditOptions, LocalModel, judge
+    from adapld_cli.edit import EditOptions, LocalModel, judge, prepare
 
     local = LocalModel(loaded, EditOptions(method=method))
-    prepared = local.prepare(source, instruction)
+    prepared = prepare(local, source, instruction)
     shown = "plain decoding (ar)" if method == "ar" else method
     with view.generating(
         SAMPLE, loaded.tokenizer, shown, baseline_tok_s=baseline, transient=False
@@ -152,7 +152,7 @@ def _one(
 
 
 def _comparison(plain: EditResult, result: EditResult, method: str) -> str:
-    """``plain decoding 9.1s (412 passes) vs adapld 2.0s (80 passes): 4.5x measured; ...``."""
+    """``plain decoding {s}s ({n} passes) vs adapld {s}s ({n} passes): {r}x measured; ...``."""
     p, a = plain.stats, result.stats
     speed = p.decode_s / a.decode_s if a.decode_s > 0 else 0.0
     same = "yes" if plain.tokens == result.tokens else "NO"

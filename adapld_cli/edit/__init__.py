@@ -15,7 +15,7 @@ there: it pulls in the model layer), one room each:
 Public API::
 
     from adapld_cli.edit import (
-        EditOptions, PreparedEdit, Generation,                # request.py
+        EditOptions, PreparedEdit, Generation, prepare,       # request.py
         LocalModel,                                           # local.py
         EditResult, Status, judge,                            # judge.py
         Attempts,                                             # repair.py
@@ -56,7 +56,7 @@ from adapld_cli.edit.local import LocalModel
 from adapld_cli.edit.outcome import Outcome, RunReport
 from adapld_cli.edit.prompt import available_templates, load_template
 from adapld_cli.edit.repair import Attempts
-from adapld_cli.edit.request import EditOptions, Generation, PreparedEdit
+from adapld_cli.edit.request import EditOptions, Generation, PreparedEdit, prepare
 from adapld_cli.edit.writeback import Mode, WriteBack, apply_result
 
 __all__ = [
@@ -89,6 +89,7 @@ __all__ = [
     "encode_like",
     "judge",
     "load_template",
+    "prepare",
     "read_source",
     "unified_diff",
 ]

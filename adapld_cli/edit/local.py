@@ -2,10 +2,11 @@
 stream of steps.
 
 Contract: :class:`LocalModel` loads nothing itself. It gets a loaded model (anything with
-``.model`` and ``.tokenizer``, normally :class:`adapld_cli.model.LoadedModel`), fits prompts
-into its context (:meth:`prepare`, :meth:`refit`) and drives :func:`adapld_cli.engine.stream`
-(:meth:`generate`), handing every :class:`StepEvent` to an optional callback (the live panel).
-It judges nothing and writes nothing: it returns a
+``.model`` and ``.tokenizer``, normally :class:`adapld_cli.model.LoadedModel`), says what
+fitting a prompt into it needs (:attr:`~LocalModel.context`, read by
+:func:`adapld_cli.edit.request.prepare`) and drives :func:`adapld_cli.engine.stream`
+(:meth:`~LocalModel.generate`), handing every :class:`StepEvent` to an optional callback
+(the live panel). It judges nothing and writes nothing: it returns a
 :class:`~adapld_cli.edit.request.Generation`. ``KeyboardInterrupt`` propagates; the engine's
 generator is closed on the way out. :class:`RemoteModel <adapld_cli.edit.remote.RemoteModel>`
 has the same interface over a server.
@@ -17,15 +18,8 @@ from collections.abc import Callable
 from typing import Any
 
 from adapld_cli.edit.errors import InputError
-from adapld_cli.edit.files.source import SourceFile
-from adapld_cli.edit.prompt import Conversation, PromptTemplate, load_template
-from adapld_cli.edit.request import (
-    EditOptions,
-    Generation,
-    PreparedEdit,
-    first_conversation,
-    fit,
-)
+from adapld_cli.edit.prompt import PromptTemplate, load_template
+from adapld_cli.edit.request import EditOptions, Generation, ModelContext, PreparedEdit
 from adapld_cli.engine.methods import METHODS
 from adapld_cli.engine.types import Stats, StepEvent
 
@@ -70,29 +64,10 @@ class LocalModel:
             f"{prepared.config.max_new_tokens}, context {prepared.context_limit}"
         )
 
-    def prepare(
-        self, source: SourceFile, instruction: str, lang: str | None = None
-    ) -> PreparedEdit:
-        """Build the prompt and check it fits; raises :class:`InputError`."""
-        lang, conv = first_conversation(self.template, source, instruction, lang)
-        prepared = self._fit(source, instruction, lang, conv)
-        if isinstance(prepared, str):
-            raise InputError(prepared)
-        return prepared
-
-    def refit(self, prepared: PreparedEdit, conv: Conversation) -> PreparedEdit | None:
-        """``prepared`` with another conversation (a repair), or ``None`` when it does not
-        fit the context."""
-        retry = self._fit(prepared.source, prepared.instruction, prepared.lang, conv)
-        return None if isinstance(retry, str) else retry
-
-    def _fit(
-        self, source: SourceFile, instruction: str, lang: str | None, conv: Conversation
-    ) -> PreparedEdit | str:
-        return fit(
-            source, instruction, lang, conv, tokenizer=self.tokenizer,
-            limit=self.context_limit, stop_ids=self.stop_ids, options=self.options,
-        )  # fmt: skip
+    @property
+    def context(self) -> ModelContext:
+        """What fitting a prompt into this model needs (:func:`~adapld_cli.edit.request.fit`)."""
+        return ModelContext(self.tokenizer, self.context_limit, self.stop_ids)
 
     def generate(
         self, prepared: PreparedEdit, on_event: Callable[[StepEvent], None] | None = None

@@ -17,21 +17,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, fields
-from typing import Protocol
 
 from adapld_cli.edit.judge import EditResult, Status
 from adapld_cli.edit.prompt import Conversation, repair_conversation
-from adapld_cli.edit.request import EditOptions, PreparedEdit
+from adapld_cli.edit.request import Backend, PreparedEdit, refit
 from adapld_cli.engine.types import Stats
-
-
-class Refitting(Protocol):
-    """A backend that can fit a repair conversation into its context (the local model, the
-    server)."""
-
-    options: EditOptions
-
-    def refit(self, prepared: PreparedEdit, conv: Conversation) -> PreparedEdit | None: ...
 
 
 @dataclass(frozen=True)
@@ -47,7 +37,7 @@ class Attempt:
 class Attempts:
     """The attempt loop of one file (see the module contract)."""
 
-    def __init__(self, backend: Refitting, prepared: PreparedEdit) -> None:
+    def __init__(self, backend: Backend, prepared: PreparedEdit) -> None:
         self.backend = backend
         self.prepared = prepared
         self.result: EditResult | None = None  # the result so far (the one to write)
@@ -82,15 +72,15 @@ class Attempts:
 
 
 def repair_request(
-    backend: Refitting, prepared: PreparedEdit, result: EditResult
+    backend: Backend, prepared: PreparedEdit, result: EditResult
 ) -> PreparedEdit | None:
     """The attempt after ``result``: the first attempt's conversation, the rejected file and
-    the feedback, fitted by ``backend``; ``None`` when the result asks for no other attempt
-    or the longer prompt does not fit."""
+    the feedback, fitted into ``backend``'s context; ``None`` when the result asks for no
+    other attempt or the longer prompt does not fit."""
     conv = repair_conversation_for(prepared, result)
     if conv is None:
         return None
-    retry = backend.refit(prepared, conv)
+    retry = refit(backend, prepared, conv)
     if retry is not None:
         retry.base = prepared.first
     return retry

@@ -45,7 +45,7 @@ from adapld_cli.edit.outcome import Outcome, RunReport, StatsLog
 from adapld_cli.edit.prompt import PromptTemplate
 from adapld_cli.edit.remote import ChatClient, RemoteModel, ServerConfig, ServerError
 from adapld_cli.edit.repair import Attempts
-from adapld_cli.edit.request import EditOptions
+from adapld_cli.edit.request import EditOptions, prepare
 from adapld_cli.edit.writeback import WriteBack, apply_result
 from adapld_cli.engine.types import StepEvent, UnsupportedModelError
 from adapld_cli.model.errors import ModelError
@@ -230,7 +230,7 @@ class _Run:
     def generate(self, backend: Backend, item: EditInput) -> EditResult:
         """Prepare, then generate and judge each attempt (:class:`Attempts`: the first and
         its repairs, up to ``--attempts``), each under its own live panel."""
-        prepared = backend.prepare(item.source, self.config.instruction, item.lang)
+        prepared = prepare(backend, item.source, self.config.instruction, item.lang)
         self.view.info(backend.describe(prepared))
         attempts = Attempts(backend, prepared)
         for attempt in attempts:
@@ -285,8 +285,8 @@ def edit_file(
 ) -> EditResult:
     """One file's edit without a view: prepare, then generate and judge each attempt.
     Raises :class:`~adapld_cli.edit.errors.InputError` before generating (see
-    :func:`~adapld_cli.edit.request.fit`)."""
-    attempts = Attempts(backend, backend.prepare(source, instruction, lang))
+    :func:`~adapld_cli.edit.request.prepare`)."""
+    attempts = Attempts(backend, prepare(backend, source, instruction, lang))
     for attempt in attempts:
         generation = backend.generate(attempt.prepared, on_event)
         attempts.record(judge(attempt.prepared, generation, force=backend.options.force))

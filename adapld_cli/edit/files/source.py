@@ -11,7 +11,7 @@ Contract:
   bits copied, ``os.replace``): readers see the old file or the new one, never a mix, and an
   interrupted run leaves the old file in place. Symlinks are followed (the link survives).
 
-Safety (issue 9: race-safe writes that keep the file's identity):
+Safety (race-safe writes that keep the file's identity):
 - :func:`read_source` never opens a FIFO, device or socket: it calls ``stat`` first and raises
   :class:`~adapld_cli.edit.errors.SpecialFileError` (exit 2), then opens non-blocking and
   checks the opened file again. It records a :class:`Snapshot` (size, mtime_ns, inode,

@@ -6,6 +6,7 @@ the real-model tests)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -88,7 +89,8 @@ def test_unchanged_is_asked_again_and_may_stay_unchanged(loaded, src, texts):
 def test_repair_that_does_not_fit_the_context_is_skipped(loaded, src):
     local = LocalModel(loaded("broken"), EditOptions(attempts=2))
     first = prepare(local, src, "rename")
-    local.context_limit = len(first.prompt.ids) + first.source_tokens + 20  # room for one attempt
+    room = len(first.prompt.ids) + first.source_tokens + 20  # room for one attempt
+    local.context = dataclasses.replace(local.context, limit=room)
     result = edit_file(local, src, "rename")
     assert result.status == "refused" and result.attempts == 1
 

@@ -44,17 +44,11 @@ class LocalModel:
                 f"unknown method {self.options.method!r} (one of {', '.join(METHODS)})"
             )
         self.template = load_template(template)
-        self.context_limit = context_limit(loaded)
-        self.stop_ids = stop_token_ids(loaded)
+        self.tokenizer = loaded.tokenizer
+        self.method = self.options.method
+        # what fitting a prompt into this model needs (adapld_cli.edit.request.fit)
+        self.context = ModelContext(loaded.tokenizer, context_limit(loaded), stop_token_ids(loaded))
         self.prefix: Any = None  # engine.PrefixCache, made on the first generation
-
-    @property
-    def tokenizer(self) -> Any:
-        return self.loaded.tokenizer
-
-    @property
-    def method(self) -> str:
-        return self.options.method
 
     def describe(self, prepared: PreparedEdit) -> str:
         """One line on the prompt and budget (verbose output)."""
@@ -63,11 +57,6 @@ class LocalModel:
             f"{prepared.source_tokens} file tokens, budget "
             f"{prepared.config.max_new_tokens}, context {prepared.context_limit}"
         )
-
-    @property
-    def context(self) -> ModelContext:
-        """What fitting a prompt into this model needs (:func:`~adapld_cli.edit.request.fit`)."""
-        return ModelContext(self.tokenizer, self.context_limit, self.stop_ids)
 
     def generate(
         self, prepared: PreparedEdit, on_event: Callable[[StepEvent], None] | None = None

@@ -82,8 +82,7 @@ def main() -> None:
     import argparse
 
     from adapld_cli.bench.tasks import load_tasks
-    from adapld_cli.edit import decode_source
-    from adapld_cli.edit.session import EditOptions, EditSession
+    from adapld_cli.edit import EditOptions, LocalModel, decode_source, prepare
     from adapld_cli.model import load
 
     parser = argparse.ArgumentParser(description="The llama.cpp rows of docs/performance.md.")
@@ -94,10 +93,10 @@ def main() -> None:
     args = parser.parse_args()
     url, method = args.url.rstrip("/"), args.interleave
     options = EditOptions(max_new_tokens=args.max_new_tokens)
-    session = EditSession(load("coder-1.5b", device="cpu"), options)
+    session = LocalModel(load("coder-1.5b", device="cpu"), options)
     tasks = load_tasks("adapld_cli/bench/edit_cases.jsonl", names=args.task)
     preps = [
-        session.prepare(decode_source(t.before.encode("utf-8"), t.filename), t.instruction)
+        prepare(session, decode_source(t.before.encode("utf-8"), t.filename), t.instruction)
         for t in tasks
     ]
     if method:  # warm-up: the kernels, caches and allocator, as adapld bench does

@@ -74,8 +74,8 @@ def bad_requests(url: str) -> None:
 
 
 def local_ar(answers: dict[int, str]) -> None:
+    from adapld_cli.edit.local import stop_token_ids
     from adapld_cli.edit.prompt import chat_text
-    from adapld_cli.edit.session import stop_token_ids
     from adapld_cli.engine import GenerationConfig, generate
     from adapld_cli.model import load
 

@@ -12,8 +12,8 @@ import pytest
 from typer.testing import CliRunner
 
 from adapld_cli.cli.app import app
-from adapld_cli.edit.journal import Journal
-from adapld_cli.edit.source import read_source
+from adapld_cli.edit.files.journal import Journal
+from adapld_cli.edit.files.source import read_source
 
 
 @pytest.fixture

@@ -29,7 +29,7 @@ TASKS = load_tasks(CASES_PATH)
 
 # What coder-1.5b (the default) does with these cases, measured with `adapld bench --tasks
 # adapld_cli/bench/edit_cases.jsonl --model coder-1.5b --methods adapld --threads 1 --run-tests`
-# (README, Performance): it passes 3 of 6. The other three are the model's limits, pinned as
+# (docs/performance.md): it passes 3 of 6. The other three are the model's limits, pinned as
 # they are: greedy decoding on one thread is deterministic, so a case that starts passing or
 # fails differently (another exit code, another check failure, a crash) fails its test. Then
 # look at the edit and update the pin (or move the case to the passing ones).

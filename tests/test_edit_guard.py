@@ -8,15 +8,7 @@ from importlib import resources
 import pytest
 
 from adapld_cli.bench.tasks import builtin_tasks_path, load_tasks
-from adapld_cli.edit.guard import (
-    REFUSAL_TAIL,
-    asks_to_delete,
-    asks_to_shrink,
-    check_scope,
-    describe_lost,
-    file_items,
-    names_in,
-)
+from adapld_cli.edit.guard import check_scope
 
 INVENTORY = resources.files("adapld_cli.data").joinpath("inventory.py").read_text("utf-8")
 DOCSTRING = "add a docstring to the tagged method"
@@ -31,6 +23,8 @@ FRAGMENT = '''def tagged(self, tag: str) -> list[Item]:
 '''
 LONG = f'DATA = "{"x" * 8000}"\n\n\ndef size():\n    return len(DATA)\n'
 LONG_EDITED = 'def size():\n    """Length of DATA."""\n    return len(DATA)\n'
+REFUSAL_TAIL = "; nothing written (--force writes it anyway)"
+UNNAMED = "tidy up"  # names nothing, asks for no deletion
 
 
 def guard(before: str, after: str, instruction: str, language: str | None = "python"):
@@ -40,6 +34,12 @@ def guard(before: str, after: str, instruction: str, language: str | None = "pyt
 def docstring_added(text: str, method: str = "tagged") -> str:
     head = f"    def {method}(self, tag: str) -> list[Item]:\n"
     return text.replace(head, head + '        """Items carrying `tag`."""\n')
+
+
+def without(text: str, start: str, end: str) -> str:
+    """``text`` less the part from ``start`` up to (not including) the next ``end``."""
+    i = text.index(start)
+    return text[:i] + text[text.index(end, i) :]
 
 
 # -- the issue's cases -------------------------------------------------------------------------
@@ -134,18 +134,45 @@ def test_method_moved_to_another_class_is_lost_unless_named():
 
 
 def test_qualified_and_partial_names():
-    assert names_in("Item.total_value", "document total_value")
-    assert names_in("Item.total_value", "document Item.total_value")
-    assert not names_in("Item.total_value", "document total_values")
-    assert not names_in("total", "document total_value")
-    assert names_in("impl Shape", "remove the Shape impl")
+    """A removal is allowed when the instruction names it by its full name or its last part,
+    as a whole identifier."""
+    after = without(INVENTORY, '    def total_value(self) -> float:\n        """Value of this line',
+                    "\n\nclass Inventory")  # fmt: skip
+    for instruction in ("document total_value", "document Item.total_value"):
+        v = guard(INVENTORY, after, instruction)
+        assert not v.lost and v.allowed == ("Item.total_value",), instruction
+    assert guard(INVENTORY, after, "document total_values").names == ("Item.total_value",)
+    # a name is not named by a longer identifier that starts with it
+    before = (
+        "def total(xs):\n    return sum(xs)\n\n\n"
+        "def total_value(xs):\n    return total(xs) * 2\n\n\n"
+        "def main():\n    print(total_value([1]))\n"
+    )
+    after = before.replace("def total(xs):\n    return sum(xs)\n\n\n", "")
+    assert guard(before, after, "document total_value").names == ("total",)
+    assert not guard(before, after, "document total").lost
+    # a Rust impl block is named by its type
+    rust = (
+        "struct Shape { side: f64 }\n\n"
+        "impl Shape {\n    fn area(&self) -> f64 { self.side * self.side }\n}\n\nfn main() {}\n"
+    )
+    no_impl = "struct Shape { side: f64 }\n\nfn main() {}\n"
+    v = guard(rust, no_impl, "remove the Shape impl", language="rust")
+    assert not v.lost and v.allowed == ("impl Shape", "impl Shape.area")
+    assert guard(rust, no_impl, UNNAMED, language="rust").names == ("impl Shape",)
 
 
 def test_leading_verb_is_not_a_name():
-    assert not names_in("add", "add a docstring to tagged")
-    assert not names_in("add", "Please add logging, then remove prints")
-    assert names_in("add", "rename add to plus")
-    assert names_in("Item", "Item needs a docstring")  # identifiers at the start still count
+    """A lowercase word that starts a clause is the instruction's verb, not a name."""
+    no_add = without(INVENTORY, "    def add(self, item: Item)", "    def remove(")
+    for instruction in ("add a docstring to tagged", "Please add logging, then remove prints"):
+        assert guard(INVENTORY, no_add, instruction).names == ("Inventory.add",), instruction
+    v = guard(INVENTORY, no_add, "rename add to plus")
+    assert not v.lost and v.allowed == ("Inventory.add",)
+    # identifiers at the start still count
+    no_item = without(INVENTORY, "@dataclass\nclass Item:", "class Inventory")
+    assert not guard(INVENTORY, no_item, "Item needs a docstring").lost
+    assert guard(INVENTORY, no_item, "the item needs a docstring").names == ("Item",)
 
 
 def test_duplicates_must_stay_duplicates():
@@ -179,8 +206,12 @@ def test_statements_in_blocks_count_but_locals_do_not():
         "def f():\n    local = 1\n    return local\n\n\n"
         "if __name__ == '__main__':\n    result = f()\n"
     )
-    names = [i.name for i in file_items(before, "python")]
-    assert names == ["yaml", "yaml", "f", "result"]
+    # the items: yaml (imported in try, assigned in except), f, result; not f's local
+    assert guard(before, "", UNNAMED).names == ("f", "result", "yaml")
+    no_try = before.replace("try:\n    import yaml\nexcept ImportError:\n    yaml = None\n\n\n", "")
+    assert guard(before, no_try, UNNAMED).names == ("yaml",)
+    no_f = before.replace("def f():\n    local = 1\n    return local\n\n\n", "")
+    assert guard(before, no_f, UNNAMED).names == ("f",)
     after = before.replace("    local = 1\n    return local\n", "    return 1\n")
     assert not guard(before, after, "inline the variable").lost
     v = guard(before, after.replace("    result = f()\n", "    print(f())\n"), "print it")
@@ -198,7 +229,11 @@ def test_statements_in_blocks_count_but_locals_do_not():
     ],
 )  # fmt: skip
 def test_deletion_words(instruction, asks):
-    assert asks_to_delete(instruction) is asks
+    """A deletion word anywhere in the instruction turns the line rule off."""
+    before = "".join(f"line {i}\n" for i in range(10))
+    v = guard(before, "line 0\nline 1\n", instruction, language=None)
+    assert v.asks_to_delete is asks
+    assert v.lost is not asks
 
 
 def test_line_rule_without_grammar():
@@ -220,9 +255,12 @@ def test_unparsable_input_skips_the_structure_check():
 
 
 def test_message_builder_counts():
-    assert describe_lost(["a"]) == "would delete a, which the instruction does not name"
+    one = "def a():\n    return 1\n\n\ndef b():\n    return 2\n\n\ndef c():\n    return 3\n"
+    v = guard(one, one.replace("def a():\n    return 1\n\n\n", ""), UNNAMED)
+    assert v.message == "would delete a, which the instruction does not name"
     names = ["Item", "Inventory", "report", *"abcdef"]
-    assert describe_lost(names) == (
+    nine = "".join(f"def {n}():\n    return 1\n\n\n" for n in names) + "def main():\n    return 2\n"
+    assert guard(nine, "def main():\n    return 2\n", UNNAMED).message == (
         "would delete Item, Inventory, report (+6 more), which the instruction does not name"
     )
 
@@ -274,18 +312,22 @@ fn main() {}
 
 
 @pytest.mark.parametrize(
-    ("lang", "source", "expected"),
+    ("lang", "source", "after", "expected"),
     [
-        ("javascript", JS,
-         ["fs", "join", "basename", "LIMIT", "load", "Store", "Store.get", "Store.put", "main"]),
-        ("go", GO, ["fmt", "os", "Limit", "Store", "Get", "Main"]),
-        ("rust", RUST,
-         ["HashMap", "HashSet", "LIMIT", "Store", "impl Store", "impl Store.get",
-          "impl Store.put", "main"]),
+        ("javascript", JS, "",
+         ("LIMIT", "load", "Store", "main", "fs", "join", "basename")),
+        ("javascript", JS, "class Store {}\n",  # a kept class shows its lost members
+         ("LIMIT", "load", "Store.get", "Store.put", "main", "fs", "join", "basename")),
+        ("go", GO, "package store\n", ("Limit", "Store", "Get", "Main", "fmt", "os")),
+        ("rust", RUST, "", ("LIMIT", "Store", "impl Store", "main", "HashMap", "HashSet")),
+        ("rust", RUST, "impl Store {}\n",
+         ("LIMIT", "Store", "impl Store.get", "impl Store.put", "main", "HashMap", "HashSet")),
     ],
 )  # fmt: skip
-def test_items_of_other_languages(lang, source, expected):
-    assert [i.name for i in file_items(source, lang)] == expected
+def test_items_of_other_languages(lang, source, after, expected):
+    """The names each language's file defines, as the guard reports them lost: definitions
+    and assignments in source order, then imports (by imported name, not alias)."""
+    assert guard(source, after, UNNAMED, language=lang).names == expected
 
 
 def test_javascript_lost_method_and_import():
@@ -317,11 +359,16 @@ def test_c_and_cpp_items():
         "#include <stdio.h>\n#define MAX 3\nint count = 0;\nint helper(int);\n\n"
         "int main(void) { return 0; }\n"
     )
-    assert [i.name for i in file_items(c, "c")] == ["stdio.h", "MAX", "count", "helper", "main"]
+    v = guard(c, "", UNNAMED, language="c")
+    assert v.names == ("MAX", "count", "helper", "main", "stdio.h")
     v = guard(c, c.replace("#define MAX 3\n", ""), "tidy main", language="c")
     assert v.names == ("MAX",)
+    # a namespace qualifies what it holds
     cpp = "namespace n {\nint z = 1;\nclass K { int f() { return z; } };\n}\n"
-    assert [i.name for i in file_items(cpp, "cpp")] == ["n", "n.z", "n.K", "n.K.f"]
+    assert guard(cpp, "", UNNAMED, language="cpp").names == ("n",)
+    assert guard(cpp, "namespace n {\n}\n", UNNAMED, language="cpp").names == ("n.z", "n.K")
+    kept_k = "namespace n {\nclass K {};\n}\n"
+    assert guard(cpp, kept_k, UNNAMED, language="cpp").names == ("n.z", "n.K.f")
 
 
 def test_moves_are_kept_when_the_instruction_asks_for_them():
@@ -390,10 +437,19 @@ def test_reassignment_merged_into_one_is_not_lost():
 
 
 def test_header_and_short_names():
-    assert names_in("sys/types.h", "drop the types.h include")
-    assert names_in("stdio.h", "is stdio needed?")
-    assert not names_in("stdio.h", "fix the .h guard")
-    assert names_in("h", "rename h to height")  # a variable called h is still a name
+    c = "#include <stdio.h>\n#include <sys/types.h>\n\nint main(void) { return 0; }\n"
+    no_types = c.replace("#include <sys/types.h>\n", "")
+    v = guard(c, no_types, "drop the types.h include", language="c")
+    assert not v.lost and v.allowed == ("sys/types.h",)
+    no_stdio = c.replace("#include <stdio.h>\n", "")
+    v = guard(c, no_stdio, "is stdio needed?", language="c")
+    assert not v.lost and v.allowed == ("stdio.h",)
+    assert guard(c, no_stdio, "fix the .h guard", language="c").names == ("stdio.h",)
+    # a variable called h is still a name
+    py = "h = 10\nw = 20\narea = h * w\nprint(area)\n"
+    v = guard(py, py.replace("h = 10\n", ""), "rename h to height")
+    assert not v.lost and v.allowed == ("h",)
+    assert guard(py, py.replace("w = 20\n", ""), "rename h to height").names == ("w",)
 
 
 # -- bodies (rule 3): a definition kept by name but gutted ------------------------------------
@@ -631,7 +687,13 @@ def test_gutted_bodies_in_other_languages():
     ],
 )  # fmt: skip
 def test_shrink_requests(instruction, asks):
-    assert asks_to_shrink(instruction) is asks
+    """A deletion word shrinks a body only as a request, not as a description: normalise cut
+    from 9 statements to 2 (the instruction not naming it) is accepted iff it is one."""
+    start, end = WORDS.index("def normalise(values):"), WORDS.index("def summary(text):")
+    after = WORDS[:start] + SIMPLER_NORMALISE + "\n\n" + WORDS[end:]
+    v = guard(WORDS, after, instruction)
+    assert v.names == () and v.lost is not asks
+    assert v.emptied == (() if asks else ("normalise",))
 
 
 # -- precision: what the new code makes dead, renames the instruction spells -------------------

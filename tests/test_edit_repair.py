@@ -6,13 +6,21 @@ the real-model tests)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
 
-from adapld_cli.edit import EditOptions, EditSession, decode_source
+from adapld_cli.edit import EditOptions, LocalModel, decode_source, judge, prepare
+from adapld_cli.edit.judge import UNCHANGED_FEEDBACK
 from adapld_cli.edit.prompt import REPAIR_REQUEST
-from adapld_cli.edit.session import UNCHANGED_FEEDBACK
+from adapld_cli.edit.repair import repair_request
+from adapld_cli.edit.run import edit_file
+
+
+def generated(local, prepared):
+    """One attempt: generate and judge, as the run does."""
+    return judge(prepared, local.generate(prepared), force=local.options.force)
 
 
 @pytest.fixture
@@ -21,12 +29,12 @@ def src(texts):
 
 
 def test_refused_result_is_asked_again_with_the_reason(loaded, src, texts):
-    session = EditSession(loaded("broken"), EditOptions(attempts=3))
-    first = session.prepare(src, "rename foo to bar")
-    result = session.run(first)
+    local = LocalModel(loaded("broken"), EditOptions(attempts=3))
+    first = prepare(local, src, "rename foo to bar")
+    result = generated(local, first)
     assert result.status == "refused" and result.feedback.startswith("The file you returned")
     assert "does not parse (line 1" in result.feedback
-    retry = session.repair(first, result)
+    retry = repair_request(local, first, result)
     # The first conversation, the rejected file in the answer's fence, then the request.
     msgs = retry.conversation.messages
     assert msgs[: len(first.conversation.messages)] == first.conversation.messages
@@ -39,11 +47,11 @@ def test_refused_result_is_asked_again_with_the_reason(loaded, src, texts):
     assert retry.prompt.ids[-1] == first.prompt.ids[-1]  # the answer opens the same way
     assert len(retry.prompt.ids) > len(first.prompt.ids)
     # A third attempt starts again from the first conversation plus the latest answer only.
-    third = session.repair(retry, session.run(retry))
+    third = repair_request(local, retry, generated(local, retry))
     assert third.conversation.messages == retry.conversation.messages
 
     # Through edit(): three generations, still refused, their work added up.
-    again = session.edit(src, "rename foo to bar")
+    again = edit_file(local, src, "rename foo to bar")
     assert again.status == "refused" and again.attempts == 3
     assert again.stats.new_tokens == 3 * result.stats.new_tokens
     # later attempts copy the rejected answer, now in their prompt: fewer passes
@@ -53,36 +61,37 @@ def test_refused_result_is_asked_again_with_the_reason(loaded, src, texts):
 
 @pytest.mark.parametrize("attempts", [1, 2])
 def test_attempts_bound_the_generations(loaded, src, attempts):
-    result = EditSession(loaded("broken"), EditOptions(attempts=attempts)).edit(src, "rename")
+    result = edit_file(LocalModel(loaded("broken"), EditOptions(attempts=attempts)), src, "rename")
     assert result.status == "refused" and result.attempts == attempts
 
 
 def test_accepted_and_unrepairable_results_are_not_asked_again(loaded, src, texts):
-    ok = EditSession(loaded("rename"), EditOptions(attempts=3)).edit(src, "rename foo to bar")
+    ok = edit_file(LocalModel(loaded("rename"), EditOptions(attempts=3)), src, "rename foo to bar")
     assert ok.status == "changed" and ok.attempts == 1 and ok.feedback is None
     # Cut off by the token limit: asking again would hit it again.
-    cut = EditSession(loaded("loop"), EditOptions(max_new_tokens=9, attempts=3)).edit(src, "x")
+    cut = edit_file(LocalModel(loaded("loop"), EditOptions(max_new_tokens=9, attempts=3)), src, "x")
     assert cut.status == "refused" and cut.attempts == 1 and cut.feedback is None
     # Forced: kept, so nothing to repair.
-    forced = EditSession(loaded("broken"), EditOptions(force=True, attempts=3)).edit(src, "x")
+    forced = edit_file(LocalModel(loaded("broken"), EditOptions(force=True, attempts=3)), src, "x")
     assert forced.status == "changed" and forced.attempts == 1
 
 
 def test_unchanged_is_asked_again_and_may_stay_unchanged(loaded, src, texts):
-    session = EditSession(loaded("same"), EditOptions(attempts=2))
-    first = session.prepare(src, "add type hints")
-    result = session.run(first)
+    local = LocalModel(loaded("same"), EditOptions(attempts=2))
+    first = prepare(local, src, "add type hints")
+    result = generated(local, first)
     assert result.status == "unchanged" and result.feedback == UNCHANGED_FEEDBACK
-    final = session.edit(src, "add type hints")
+    final = edit_file(local, src, "add type hints")
     assert final.status == "unchanged" and final.attempts == 2
     assert final.new_text == texts.source
 
 
 def test_repair_that_does_not_fit_the_context_is_skipped(loaded, src):
-    session = EditSession(loaded("broken"), EditOptions(attempts=2))
-    first = session.prepare(src, "rename")
-    session._limit = len(first.prompt.ids) + first.source_tokens + 20  # room for one attempt
-    result = session.edit(src, "rename")
+    local = LocalModel(loaded("broken"), EditOptions(attempts=2))
+    first = prepare(local, src, "rename")
+    room = len(first.prompt.ids) + first.source_tokens + 20  # room for one attempt
+    local.context = dataclasses.replace(local.context, limit=room)
+    result = edit_file(local, src, "rename")
     assert result.status == "refused" and result.attempts == 1
 
 
@@ -108,14 +117,14 @@ def test_cli_reports_attempts(tiny_models, source_file, tmp_path, texts):
 
 
 def test_undefined_names_are_asked_again_and_written_with_a_warning(loaded, src):
-    session = EditSession(loaded("undefined"), EditOptions(attempts=2))
-    first = session.prepare(src, "rename foo to bar")
-    result = session.run(first)
+    local = LocalModel(loaded("undefined"), EditOptions(attempts=2))
+    first = prepare(local, src, "rename foo to bar")
+    result = generated(local, first)
     assert result.status == "changed" and result.undefined == "baz (line 6)"
     assert "never defines or imports: baz (line 6)" in result.feedback
-    retry = session.repair(first, result)
+    retry = repair_request(local, first, result)
     assert result.feedback in retry.conversation.messages[-1]["content"]
-    final = session.edit(src, "rename foo to bar")  # the scripted model repeats itself
+    final = edit_file(local, src, "rename foo to bar")  # the scripted model repeats itself
     assert final.status == "changed" and final.attempts == 2 and final.undefined
 
 
@@ -132,12 +141,10 @@ def test_cli_writes_a_result_with_undefined_names_and_warns(tiny_models, source_
     assert "warning: uses names it never defines or imports: baz (line 6)" in r.stderr
 
 
-def test_a_changed_result_is_kept_over_a_worse_retry(src):
-    """with_repairs never trades a changed result (asked again for its undefined names) for
-    a retry that is refused or unchanged: the changed one is returned, both attempts counted."""
-    from types import SimpleNamespace
-
-    from adapld_cli.edit.session import EditResult, with_repairs
+def test_a_changed_result_is_kept_over_a_worse_retry(loaded, src):
+    """The attempt loop never trades a changed result (asked again for its undefined names)
+    for a retry that is refused or unchanged: the changed one is kept, both attempts counted."""
+    from adapld_cli.edit import Attempts, EditResult
     from adapld_cli.engine.types import Stats
 
     def made(status, feedback=None):
@@ -146,9 +153,13 @@ def test_a_changed_result_is_kept_over_a_worse_retry(src):
             stop_reason="eos", feedback=feedback,
         )  # fmt: skip
 
-    session = SimpleNamespace(options=EditOptions(attempts=3), repair=lambda p, r: p)
+    backend = LocalModel(loaded("rename"), EditOptions(attempts=3))
+    prepared = prepare(backend, src, "rename foo to bar")
     answers = iter([made("changed", "undefined names"), made("refused", "lost foo")])
-    result = with_repairs(session, "prepared", lambda p, n: next(answers))
+    attempts = Attempts(backend, prepared)
+    for _attempt in attempts:
+        attempts.record(next(answers))
+    result = attempts.result
     assert result.status == "changed" and result.feedback == "undefined names"
     assert result.attempts == 2
 

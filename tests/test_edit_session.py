@@ -1,10 +1,12 @@
-"""EditSession on the scripted tiny models, through the real model layer and engine."""
+"""One file's edit (LocalModel, judge, the attempt loop through ``edit_file``) on the scripted
+tiny models, through the real model layer and engine."""
 
 from __future__ import annotations
 
 import pytest
 
-from adapld_cli.edit import EditOptions, EditSession, InputError, decode_source
+from adapld_cli.edit import EditOptions, InputError, LocalModel, decode_source, prepare
+from adapld_cli.edit.run import edit_file
 from adapld_cli.engine.types import StepEvent
 
 
@@ -19,8 +21,8 @@ def src(texts):
 @pytest.mark.parametrize("method", ["ar", "pld", "adapld"])
 def test_rename_is_the_same_for_every_method(loaded, src, texts, method):
     events: list[StepEvent] = []
-    session = EditSession(loaded("rename"), EditOptions(method=method))
-    result = session.edit(src(), "rename foo to bar", on_event=events.append)
+    local = LocalModel(loaded("rename"), EditOptions(method=method))
+    result = edit_file(local, src(), "rename foo to bar", on_event=events.append)
     assert result.status == "changed" and result.exit_code == 0
     assert result.new_text == texts.renamed
     assert result.stop_reason == "stop_string"
@@ -32,34 +34,34 @@ def test_rename_is_the_same_for_every_method(loaded, src, texts, method):
 
 def test_prompt_ends_with_the_opened_fence(loaded, src):
     lm = loaded("rename")
-    prepared = EditSession(lm).prepare(src(), "rename foo to bar")
+    prepared = prepare(LocalModel(lm), src(), "rename foo to bar")
     assert prepared.prompt.ids[-1] == lm.tokenizer.convert_tokens_to_ids("```python\n")
     assert prepared.config.stop_strings == ("\n```",)
     assert lm.tokenizer.eos_token_id in prepared.config.stop_token_ids
 
 
 def test_unchanged(loaded, src, texts):
-    result = EditSession(loaded("same")).edit(src(), "do nothing")
+    result = edit_file(LocalModel(loaded("same")), src(), "do nothing")
     assert result.status == "unchanged" and result.new_text == texts.source
 
 
 def test_syntax_break_is_refused_unless_forced(loaded, src, texts):
-    result = EditSession(loaded("broken")).edit(src(), "rename")
+    result = edit_file(LocalModel(loaded("broken")), src(), "rename")
     assert result.status == "refused" and result.exit_code == 1
     assert "does not parse (line 1" in result.message
-    forced = EditSession(loaded("broken"), EditOptions(force=True)).edit(src(), "rename")
+    forced = edit_file(LocalModel(loaded("broken"), EditOptions(force=True)), src(), "rename")
     assert forced.status == "changed" and forced.new_text == texts.broken
     assert forced.syntax_error is not None and forced.syntax_error.line == 1
 
 
 def test_broken_input_is_not_held_to_the_check(loaded, src, texts):
     bad_input = texts.source.replace("def main():", "def main(:")
-    result = EditSession(loaded("broken")).edit(src(bad_input), "rename")
+    result = edit_file(LocalModel(loaded("broken")), src(bad_input), "rename")
     assert result.status == "changed"
 
 
 def test_truncation_is_refused(loaded, src):
-    result = EditSession(loaded("loop"), EditOptions(max_new_tokens=9)).edit(src(), "rename")
+    result = edit_file(LocalModel(loaded("loop"), EditOptions(max_new_tokens=9)), src(), "rename")
     assert result.status == "refused" and result.stop_reason == "max_new_tokens"
     assert "token limit (9)" in result.message
 
@@ -67,18 +69,18 @@ def test_truncation_is_refused(loaded, src):
 def test_crlf_bom_and_missing_final_newline_survive(loaded, texts):
     raw = b"\xef\xbb\xbf" + texts.source.rstrip("\n").replace("\n", "\r\n").encode()
     source = decode_source(raw, "calc.py")
-    result = EditSession(loaded("rename")).edit(source, "rename")
+    result = edit_file(LocalModel(loaded("rename")), source, "rename")
     expected = b"\xef\xbb\xbf" + texts.renamed.rstrip("\n").replace("\n", "\r\n").encode()
     assert result.new_bytes == expected
 
 
 def test_input_errors_before_generation(loaded, src):
     with pytest.raises(InputError, match="empty instruction"):
-        EditSession(loaded("rename")).edit(src(), "   ")
+        edit_file(LocalModel(loaded("rename")), src(), "   ")
     with pytest.raises(InputError, match="too long for the model's context"):
-        EditSession(loaded("small-context")).edit(src(), "rename")
+        edit_file(LocalModel(loaded("small-context")), src(), "rename")
     with pytest.raises(InputError, match="unknown method"):
-        EditSession(loaded("rename"), EditOptions(method="fast"))
+        LocalModel(loaded("rename"), EditOptions(method="fast"))
 
 
 def test_interrupt_propagates(loaded, src):
@@ -86,4 +88,6 @@ def test_interrupt_propagates(loaded, src):
         raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        EditSession(loaded("loop"), EditOptions(max_new_tokens=50)).edit(src(), "x", on_event=stop)
+        edit_file(
+            LocalModel(loaded("loop"), EditOptions(max_new_tokens=50)), src(), "x", on_event=stop
+        )

@@ -1,4 +1,4 @@
-"""File reading, re-encoding and atomic writes (adapld_cli/edit/source.py)."""
+"""File reading, re-encoding and atomic writes (adapld_cli/edit/files/source.py)."""
 
 from __future__ import annotations
 

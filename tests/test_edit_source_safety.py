@@ -1,4 +1,4 @@
-"""Race-safe writes that keep the file's identity (adapld_cli/edit/source.py, issue 9).
+"""Race-safe writes that keep the file's identity (adapld_cli/edit/files/source.py, issue 9).
 
 Real files, real hard links, real FIFOs and sockets, a real chown (the tests run as root).
 """
@@ -21,7 +21,7 @@ from adapld_cli.edit.errors import (
     ReadOnlyError,
     SpecialFileError,
 )
-from adapld_cli.edit.source import (
+from adapld_cli.edit.files.source import (
     Snapshot,
     atomic_write,
     check_unchanged,
@@ -307,7 +307,7 @@ def test_not_stdin():
 _READ_STDIN = """
 import json, sys
 from adapld_cli.edit.errors import InputError
-from adapld_cli.edit.source import read_source, write_source
+from adapld_cli.edit.files.source import read_source, write_source
 src = read_source(sys.argv[1])
 try:
     write_source(src, b"y\\n")

@@ -234,7 +234,7 @@ def test_stdin_input(texts):
 
 
 def test_writes_are_journalled_and_race_checked(source_file, texts, tmp_path):
-    from adapld_cli.edit.journal import Journal
+    from adapld_cli.edit.files.journal import Journal
 
     journal = Journal(tmp_path / "journal")
     run = journal.begin("rename foo to bar")
@@ -262,6 +262,6 @@ def test_read_only_needs_force(source_file, texts):
         2,
     ) and "read-only" in outcome.detail
     assert snapshot(source_file) == before
-    forced = apply_result(result_for(source_file, texts.renamed), WriteBack(force=True))
+    forced = apply_result(result_for(source_file, texts.renamed), WriteBack(), force=True)
     assert forced.status is Status.EDITED and source_file.read_text() == texts.renamed
     assert (source_file.stat().st_mode & 0o777) == 0o444

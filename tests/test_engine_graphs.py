@@ -681,7 +681,7 @@ def test_captures_allow_cudnn_attention_unless_told_not_to(monkeypatch):
 
 
 def test_single_chain_drafts_without_branches_or_semantic(monkeypatch):
-    """The GPU's cheaper exact arm (docs/gpu_check.sh part 2: uniform passes without key
+    """The GPU's cheaper exact arm (scripts/gpu/gpu_check.sh part 2: uniform passes without key
     planes) rests on this: with ``branches`` and ``semantic`` off every draft is one chain
     (each pass verifies a chain: no node outside the first-child path), on a full-tree
     drafter that branches and drafts semantically otherwise, and copied drafts are still

@@ -2,7 +2,7 @@
 
 The tasks: the repository's own (``adapld_cli/bench/tasks.jsonl`` and the six edit cases of
 ``edit_cases.jsonl``: real files, reference edits), or any task file in CanItEdit's format
-named by ``$ADAPLD_GUARD_TASKS`` (the README's figures on CanItEdit's 105 tasks::
+named by ``$ADAPLD_GUARD_TASKS`` (docs/usage.md's figures on CanItEdit's 105 tasks::
 
     ADAPLD_GUARD_TASKS=PATH/canitedit.jsonl pytest tests/test_guard_canitedit.py
 

@@ -1,4 +1,4 @@
-"""The undo journal (adapld_cli/edit/journal.py): record before replace, bounded, undo."""
+"""The undo journal (adapld_cli/edit/files/journal.py): record before replace, bounded, undo."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from adapld_cli.edit.errors import ChangedOnDiskError, JournalError, UndoError
-from adapld_cli.edit.journal import Journal, journal_dir
-from adapld_cli.edit.source import read_source
+from adapld_cli.edit.files.journal import Journal, journal_dir
+from adapld_cli.edit.files.source import read_source
 from adapld_cli.model.paths import cache_dir
 
 

@@ -101,7 +101,7 @@ def local_ar(folder: Path, msgs: list[dict[str, str]], stop: str) -> str:
     """Plain greedy decoding of the conversation, in this process, cut before ``stop``."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from adapld_cli.edit.session import stop_token_ids
+    from adapld_cli.edit.local import stop_token_ids
     from adapld_cli.engine import GenerationConfig, generate
 
     tok = AutoTokenizer.from_pretrained(folder)

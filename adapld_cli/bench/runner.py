@@ -3,12 +3,12 @@
 Contract: :class:`BenchRunner` takes a loaded model (anything with ``.model`` and
 ``.tokenizer``), tasks and :class:`BenchOptions`. :meth:`BenchRunner.run` first warms every
 method up on a short generation, then for each task builds the prompt with
-:class:`~adapld_cli.edit.EditSession` (the same prompt, stop strings, stop tokens and token
+:class:`~adapld_cli.edit.LocalModel` (the same prompt, stop strings, stop tokens and token
 budget as ``adapld edit``) and runs the methods one after another on it (task A: m1 m2 m3,
 task B: m1 m2 m3, ...), so load on a shared machine hits all methods alike. Each run becomes
 one row (a plain dict, JSON-ready) in :attr:`BenchRunner.rows`, appended as soon as it is
 measured, so an interrupted run keeps what it measured. Outputs are turned into files by the
-edit session's own extraction; with ``run_tests`` the task's test script runs against them.
+edit layer's own judge; with ``run_tests`` the task's test script runs against them.
 Greedy outputs are compared token for token with ``ar`` of the same task. The transformers
 baselines run on a stock model (:meth:`BenchRunner.model_for`), the engine's methods on the
 loaded one.
@@ -36,7 +36,7 @@ WARMUP_TOKENS = 16
 @dataclass
 class BenchOptions:
     methods: list[str]
-    max_new_tokens: int | None = None  # None: the edit session's budget for each file
+    max_new_tokens: int | None = None  # None: `adapld edit`'s budget for each file
     run_tests: bool = False
     test_timeout: float = 30.0
     template: str | None = None  # prompt template (name or file), as `adapld edit --prompt`
@@ -73,18 +73,18 @@ class BenchRunner:
 
     def run(self) -> list[dict[str, Any]]:
         """Warm up, then measure every method on every task; returns :attr:`rows`."""
-        from adapld_cli.edit import EditOptions, EditSession
+        from adapld_cli.edit import EditOptions, LocalModel
         from adapld_cli.engine import Workspaces
 
         if self.workspaces is None:
             self.workspaces = Workspaces()
         opts = self.options
-        session = EditSession(
+        local = LocalModel(
             self.loaded,
             EditOptions(max_new_tokens=opts.max_new_tokens, attempts=opts.attempts),
             opts.template,
         )
-        prepared = self._prepare(session)
+        prepared = self._prepare(local)
         if opts.warmup and prepared:
             self._warmup(prepared[0][1])
         total = len(prepared) * len(opts.methods)
@@ -93,31 +93,31 @@ class BenchRunner:
                 self.reference_pass[task.name] = testrun.passes(
                     task.after, task.tests, opts.test_timeout
                 )
-            self._run_task(session, task, prep, total)
+            self._run_task(local, task, prep, total)
         return self.rows
 
-    def _prepare(self, session: Any) -> list[tuple[Task, Any]]:
+    def _prepare(self, local: Any) -> list[tuple[Task, Any]]:
         """Each task's prompt as ``adapld edit`` builds it; tasks it refuses are skipped."""
-        from adapld_cli.edit import EditError, decode_source
+        from adapld_cli.edit import EditError, decode_source, prepare
 
         prepared: list[tuple[Task, Any]] = []
         for task in self.tasks:
             try:
                 source = decode_source(task.before.encode("utf-8"), task.filename)
-                prepared.append((task, session.prepare(source, task.instruction)))
+                prepared.append((task, prepare(local, source, task.instruction)))
             except EditError as exc:
                 self.skipped.append({"task": task.name, "reason": str(exc)})
                 if self.on_skip:
                     self.on_skip(task.name, str(exc))
         return prepared
 
-    def _run_task(self, session: Any, task: Task, prep: Any, total: int) -> None:
+    def _run_task(self, local: Any, task: Task, prep: Any, total: int) -> None:
         """Every method on one task, one row each, compared with ``ar`` as soon as it ran."""
         opts = self.options
         task_rows: list[dict[str, Any]] = []
         ar_row: dict[str, Any] | None = None
         for method in opts.methods:
-            run, first, result = self._attempts(session, method, prep)
+            run, first, result = self._attempts(local, method, prep)
             row = _row(task, method, run, result, first)
             if opts.run_tests and task.tests:
                 row["passed"] = testrun.passes(result.new_text, task.tests, opts.test_timeout)
@@ -141,23 +141,21 @@ class BenchRunner:
         for row in task_rows:
             row.pop("_tokens", None)
 
-    def _attempts(self, session: Any, method: str, prep: Any) -> tuple[MethodRun, Any, Any]:
+    def _attempts(self, local: Any, method: str, prep: Any) -> tuple[MethodRun, Any, Any]:
         """``method`` on one task with repairs as ``adapld edit`` makes them
-        (:func:`~adapld_cli.edit.session.with_repairs`, up to ``options.attempts``): the
-        attempts' run as one (:func:`_joined`), the first attempt's result and the last."""
-        from adapld_cli.edit.session import with_repairs
+        (:class:`~adapld_cli.edit.Attempts`, up to ``options.attempts``): the attempts' run
+        as one (:func:`_joined`), the first attempt's result and the last."""
+        from adapld_cli.edit import Attempts, judge
 
         runs: list[MethodRun] = []
-        rejected: list[Any] = []
-
-        def attempt(p: Any, _n: int) -> Any:
-            run = self._measure(method, p.prompt.ids, p.config)
+        attempts = Attempts(local, prep)
+        for attempt in attempts:
+            run = self._measure(method, attempt.prepared.prompt.ids, attempt.prepared.config)
             runs.append(run)
-            return session.judge(p, run.tokens, run.stats, run.stop_reason)
-
-        result = with_repairs(session, prep, attempt, rejected.append)
-        first = rejected[0] if rejected else result
-        return _joined(runs, result.stats), first, result
+            generation = local.generation(run.tokens, run.stats, run.stop_reason)
+            attempts.record(judge(attempt.prepared, generation, force=local.options.force))
+        result = attempts.result
+        return _joined(runs, result.stats), attempts.first, result
 
     def _measure(self, method: str, prompt_ids: list[int], config: Any) -> MethodRun:
         model, tok = self.model_for(method), self.loaded.tokenizer
@@ -224,7 +222,7 @@ def _row(task: Task, method: str, run: MethodRun, result: Any, first: Any) -> di
         **stats,
         "method": method,
         "stop_reason": run.stop_reason,
-        "status": result.status,
+        "status": result.status.value,
         "total_s": round(wall, 4),
         "prefill_s": round(run.stats.prefill_s, 4),
         "decode_s": round(run.stats.decode_s, 4),
@@ -234,7 +232,7 @@ def _row(task: Task, method: str, run: MethodRun, result: Any, first: Any) -> di
         "first_diff": None,
         "peak_rss_mb": _round(run.extra.get("peak_rss_mb"), 1),
         "attempts": result.attempts,
-        "first_status": first.status,
+        "first_status": first.status.value,
         "passed": None,
         "passed_first": None,
     }

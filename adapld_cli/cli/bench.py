@@ -203,11 +203,11 @@ def _check_plot() -> None:
 def _load(
     model: str | None, device: str | None, dtype: str, threads: int | None, weights: str | None
 ) -> Any:
-    from adapld_cli.model import load
-    from adapld_cli.model.placement import set_threads
+    """Threads set, then the model loaded, as `adapld edit` does it."""
+    from adapld_cli.edit.run import ModelConfig, load_model
 
-    set_threads(threads)
-    return load(model, device=device, dtype=dtype, weights=weights)
+    config = ModelConfig(spec=model, device=device, dtype=dtype, threads=threads, weights=weights)
+    return load_model(config)[0]
 
 
 def _verify_cost(loaded: Any, settings: Any = None) -> int:

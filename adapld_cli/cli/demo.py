@@ -139,19 +139,20 @@ def _one(
     baseline: float | None,
 ) -> EditResult:
     """One generation on the sample, under the live panel when wanted."""
-    from adapld_cli.edit import EditOptions, EditSession
+    from adapld_cli.edit import EditOptions, LocalModel, judge, prepare
 
-    session = EditSession(loaded, EditOptions(method=method))
-    prepared = session.prepare(source, instruction)
+    local = LocalModel(loaded, EditOptions(method=method))
+    prepared = prepare(local, source, instruction)
     shown = "plain decoding (ar)" if method == "ar" else method
     with view.generating(
         SAMPLE, loaded.tokenizer, shown, baseline_tok_s=baseline, transient=False
     ) as panel:
-        return session.run(prepared, panel)
+        generation = local.generate(prepared, panel)
+    return judge(prepared, generation)
 
 
 def _comparison(plain: EditResult, result: EditResult, method: str) -> str:
-    """``plain decoding 9.1s (412 passes) vs adapld 2.0s (80 passes): 4.5x measured; ...``."""
+    """``plain decoding {s}s ({n} passes) vs adapld {s}s ({n} passes): {r}x measured; ...``."""
     p, a = plain.stats, result.stats
     speed = p.decode_s / a.decode_s if a.decode_s > 0 else 0.0
     same = "yes" if plain.tokens == result.tokens else "NO"

@@ -11,15 +11,38 @@ stdout carries only data (edited file, diff); every message goes to stderr.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING
 
 import typer
 
 from adapld_cli.cli.app import app
+from adapld_cli.cli.edit_options import (
+    AttemptsOpt,
+    CheckOpt,
+    DiffOpt,
+    ForceOpt,
+    InstructionFileOpt,
+    InstructionOpt,
+    MaxNewTokensOpt,
+    MethodOpt,
+    NoLiveOpt,
+    OutputOpt,
+    PathsArg,
+    PromptOpt,
+    QuietOpt,
+    SeedOpt,
+    ServerOpt,
+    StatsJsonOpt,
+    StdinFilenameOpt,
+    StdoutOpt,
+    TemperatureOpt,
+    TopPOpt,
+    VerboseOpt,
+)
 from adapld_cli.cli.helpfmt import PlainHelpCommand
 from adapld_cli.cli.options import DeviceOpt, DtypeOpt, ModelOpt, ThreadsOpt, WeightsOpt
-from adapld_cli.edit.session import DEFAULT_ATTEMPTS
-from adapld_cli.engine.methods import METHOD_HELP, Method
+from adapld_cli.edit.request import DEFAULT_ATTEMPTS
+from adapld_cli.engine.methods import Method
 
 if TYPE_CHECKING:
     from adapld_cli.edit.prompt import PromptTemplate
@@ -53,177 +76,6 @@ EPILOG = (
     "Qwen2.5-Coder-1.5B-Instruct. NO_COLOR turns colour off; the live panel is drawn only "
     "when stderr is a terminal (not in CI or pre-commit)."
 )
-
-_OUT = "Output"
-_GEN = "Generation"
-_SHOW = "Display"
-
-
-def _opt(*names: str, help: str, panel: str | None = None, **kw: Any) -> Any:
-    """A Typer option; its default is shown only when asked (most read as 'none')."""
-    kw.setdefault("show_default", False)
-    return typer.Option(*names, help=help, rich_help_panel=panel, **kw)
-
-
-PathsArg = Annotated[
-    list[str],
-    typer.Argument(
-        metavar="PATH",
-        help="Files to edit (in place by default). - reads stdin and writes the result to stdout.",
-        show_default=False,
-    ),
-]
-InstructionOpt = Annotated[
-    str | None, _opt("--instruction", "-i", metavar="TEXT", help="What to change, in plain words.")
-]
-InstructionFileOpt = Annotated[
-    Path | None,
-    _opt("--instruction-file", metavar="PATH", help="Read the instruction from a file."),
-]
-StdoutOpt = Annotated[
-    bool,
-    _opt("--stdout", help="Print the edited file to stdout; leave the file as is.", panel=_OUT),
-]
-OutputOpt = Annotated[
-    Path | None,
-    _opt(
-        "--output",
-        "-o",
-        metavar="PATH",
-        help="Write the edited file here instead (one input).",
-        panel=_OUT,
-    ),
-]
-DiffOpt = Annotated[
-    bool,
-    _opt(
-        "--diff",
-        help="Print a unified diff to stdout and write nothing. Hunk headers name the function "
-        "or class they are in.",
-        panel=_OUT,
-    ),
-]
-CheckOpt = Annotated[
-    bool,
-    _opt(
-        "--check",
-        help="Write nothing; exit 1 when any file would change and list those files (for CI). "
-        "Combine with --diff to see the changes.",
-        panel=_OUT,
-    ),
-]
-StatsJsonOpt = Annotated[
-    Path | None,
-    _opt(
-        "--stats-json",
-        metavar="PATH",
-        help="Write decoding statistics, one JSON object per line and file (method, new_tokens, "
-        "forward_passes, mean_accepted, prefill_s, decode_s, total_s, drafting counters).",
-        panel=_OUT,
-    ),
-]
-ForceOpt = Annotated[
-    bool,
-    _opt(
-        "--force",
-        help="Write what a check refused: a result that does not parse although the original "
-        "did, one that loses code the instruction does not name, or a read-only file.",
-        panel=_OUT,
-    ),
-]
-MethodOpt = Annotated[Method, _opt("--method", help=METHOD_HELP, panel=_GEN, show_default=True)]
-MaxNewTokensOpt = Annotated[
-    int | None,
-    _opt(
-        "--max-new-tokens",
-        min=1,
-        metavar="N",
-        help="Most tokens to generate per file. Default: twice the file's length + 256, within "
-        "the model's context.",
-        panel=_GEN,
-    ),
-]
-AttemptsOpt = Annotated[
-    int,
-    _opt(
-        "--attempts",
-        min=1,
-        metavar="N",
-        help="Generations per file: a result refused by a check (it does not parse, or loses "
-        "code the instruction does not name) or returned unchanged is asked for again, with "
-        "the reason, up to N generations in all. Only an accepted result is written; 1 = "
-        "never ask again.",
-        panel=_GEN,
-        show_default=True,
-    ),
-]
-TemperatureOpt = Annotated[
-    float,
-    _opt(
-        "--temperature",
-        min=0.0,
-        metavar="FLOAT",
-        help="0 = greedy (deterministic).",
-        panel=_GEN,
-        show_default=True,
-    ),
-]
-TopPOpt = Annotated[
-    float,
-    _opt(
-        "--top-p",
-        min=0.0,
-        max=1.0,
-        metavar="FLOAT",
-        help="Nucleus sampling (with --temperature > 0).",
-        panel=_GEN,
-        show_default=True,
-    ),
-]
-SeedOpt = Annotated[
-    int | None, _opt("--seed", metavar="N", help="Random seed for sampling.", panel=_GEN)
-]
-PromptOpt = Annotated[
-    str | None,
-    _opt(
-        "--prompt",
-        metavar="NAME|PATH",
-        help="Prompt template: a bundled name (default, minimal, strict, sandwich) or a "
-        "template file.",
-        panel=_GEN,
-    ),
-]
-StdinFilenameOpt = Annotated[
-    str | None,
-    _opt(
-        "--stdin-filename",
-        metavar="NAME",
-        help="File name to assume for '-' (picks the language for the prompt and the syntax "
-        "check).",
-        panel=_GEN,
-    ),
-]
-NoLiveOpt = Annotated[
-    bool, _opt("--no-live", help="No live panel; print one result line per file.", panel=_SHOW)
-]
-QuietOpt = Annotated[bool, _opt("--quiet", "-q", help="Print errors only.", panel=_SHOW)]
-ServerOpt = Annotated[
-    str | None,
-    _opt(
-        "--server",
-        metavar="URL",
-        help="Generate with the model behind this OpenAI-compatible base URL (adapld serve, "
-        "llama.cpp's llama-server, vLLM, ...; e.g. http://127.0.0.1:8000/v1) instead of "
-        "loading one; --model then names the server's model (default: the first it lists). "
-        "Checks, write-back and undo are the same. Default: $ADAPLD_SERVER; the key, if "
-        "any, from $ADAPLD_API_KEY.",
-        panel="Model",
-    ),
-]
-VerboseOpt = Annotated[
-    bool,
-    _opt("--verbose", "-v", help="Also print model, prompt and budget details.", panel=_SHOW),
-]
 
 
 @app.command(help=HELP, epilog=EPILOG, no_args_is_help=True, cls=PlainHelpCommand)
@@ -274,7 +126,6 @@ def edit(
                 output=output,
                 diff=diff,
                 check=check,
-                force=force,
             ),
             template=_template(prompt),
             options=EditOptions(
@@ -283,7 +134,7 @@ def edit(
                 temperature=temperature,
                 top_p=top_p,
                 seed=seed,
-                force=force,
+                force=force,  # the run's one --force: the judge and the write-back read it
                 attempts=attempts,
             ),
             model=ModelConfig(
@@ -304,8 +155,10 @@ def edit(
 
 
 def _instruction_text(instruction: str | None, instruction_file: Path | None) -> str:
-    """The instruction from ``-i`` or ``--instruction-file``, stripped; UsageError if none."""
+    """The instruction from ``-i`` or ``--instruction-file``, stripped; UsageError if none,
+    InputError if empty (both exit 2, before anything is read)."""
     from adapld_cli.edit.errors import UsageError
+    from adapld_cli.edit.request import check_instruction
 
     if instruction is not None and instruction_file is not None:
         raise UsageError("give the instruction with -i or --instruction-file, not both")
@@ -316,9 +169,7 @@ def _instruction_text(instruction: str | None, instruction_file: Path | None) ->
             raise UsageError(f"--instruction-file {instruction_file}: {exc}") from None
     if instruction is None:
         raise UsageError("missing the instruction: -i 'what to change' (or --instruction-file)")
-    if not instruction.strip():
-        raise UsageError("empty instruction: say what to change with -i TEXT")
-    return instruction.strip()
+    return check_instruction(instruction)
 
 
 def _template(prompt: str | None) -> PromptTemplate:

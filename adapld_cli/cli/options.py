@@ -44,7 +44,7 @@ DtypeOpt = Annotated[
         "--dtype",
         metavar="DTYPE",
         help="auto, float32, bfloat16, float16 or float64. auto: bfloat16 on CUDA; on a CPU "
-        "the fastest exact setting (see README).",
+        "the fastest exact setting (docs/models.md).",
         rich_help_panel=MODEL_PANEL,
     ),
 ]
@@ -56,7 +56,7 @@ WeightsOpt = Annotated[
         metavar="MODE",
         help="auto, quantized or dequantized. quantized: run a GGUF's 4/6-bit weights as they "
         "are, on adapld's CPU kernels (bfloat16; AVX-512 BF16 or AVX2); dequantized: expand "
-        "them to --dtype. auto: quantized wherever it runs (see README). Default: "
+        "them to --dtype. auto: quantized wherever it runs (docs/models.md). Default: "
         "$ADAPLD_WEIGHTS, else auto.",
         rich_help_panel=MODEL_PANEL,
         show_default=False,

@@ -73,7 +73,7 @@ def undo(
     force: ForceOpt = False,
 ) -> None:
     from adapld_cli.edit.errors import EditError
-    from adapld_cli.edit.journal import Journal
+    from adapld_cli.edit.files.journal import Journal
 
     if as_json and not list_runs:
         _fail("--json goes with --list")

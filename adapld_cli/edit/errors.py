@@ -49,8 +49,9 @@ class RefusedError(EditError):
 class ChangedOnDiskError(RefusedError):
     """The file changed on disk between reading it and replacing it; nothing written. Exit 1.
 
-    Raised by :func:`adapld_cli.edit.source.atomic_write` / :func:`~adapld_cli.edit.source.
-    write_source` when the file no longer matches the snapshot taken when it was read.
+    Raised by :func:`~adapld_cli.edit.files.source.atomic_write` /
+    :func:`~adapld_cli.edit.files.source.write_source` when the file no longer matches the
+    snapshot taken when it was read.
     """
 
     exit_code = EXIT_REFUSED
@@ -77,7 +78,7 @@ class UndoError(EditError):
 class JournalError(EditError):
     """The undo journal could not record a file's original bytes; nothing written. Exit 2.
 
-    Raised by :meth:`adapld_cli.edit.journal.Run.record` (``$ADAPLD_HOME`` not writable, disk
+    Raised by :meth:`adapld_cli.edit.files.journal.Run.record` (``$ADAPLD_HOME`` not writable, disk
     full, lock timeout): a write that could not be undone is not made.
     """
 

@@ -16,9 +16,7 @@ from pathlib import PurePath
 from typing import BinaryIO
 
 from adapld_cli.edit.errors import EditError, InputError
-from adapld_cli.edit.formats import precheck
-from adapld_cli.edit.outcome import Outcome, strip_name
-from adapld_cli.edit.source import (
+from adapld_cli.edit.files.source import (
     SourceFile,
     check_writable,
     decode_source,
@@ -26,6 +24,8 @@ from adapld_cli.edit.source import (
     read_source,
     unique_paths,
 )
+from adapld_cli.edit.formats import precheck
+from adapld_cli.edit.outcome import Outcome, strip_name
 from adapld_cli.edit.syntax import language_for
 from adapld_cli.edit.writeback import Mode, WriteBack
 
@@ -45,6 +45,7 @@ def read_inputs(
     paths: list[str],
     writeback: WriteBack,
     *,
+    force: bool = False,
     stdin: BinaryIO | None = None,
     stdin_filename: str | None = None,
 ) -> list[EditInput | Outcome]:
@@ -52,14 +53,18 @@ def read_inputs(
     items: list[EditInput | Outcome] = []
     for path in unique_paths(paths):
         try:
-            items.append(_read_one(path, writeback, stdin, stdin_filename))
+            items.append(_read_one(path, writeback, force, stdin, stdin_filename))
         except EditError as exc:
             items.append(Outcome.failed(STDIN_NAME if is_stdin_path(path) else path, exc))
     return items
 
 
 def _read_one(
-    path: str, writeback: WriteBack, stdin: BinaryIO | None, stdin_filename: str | None
+    path: str,
+    writeback: WriteBack,
+    force: bool,
+    stdin: BinaryIO | None,
+    stdin_filename: str | None,
 ) -> EditInput:
     stdin_path = is_stdin_path(path)
     name = (stdin_filename or STDIN_NAME) if stdin_path else path
@@ -73,7 +78,7 @@ def _read_one(
     else:
         item = EditInput(path, read_source(path))
         if writeback.mode is Mode.IN_PLACE:
-            check_writable(path, force=writeback.force)
+            check_writable(path, force=force)
     if writeback.mode is Mode.OUTPUT and writeback.output is not None:
-        check_writable(writeback.output, str(writeback.output), force=writeback.force)
+        check_writable(writeback.output, str(writeback.output), force=force)
     return item

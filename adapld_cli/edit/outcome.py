@@ -1,8 +1,9 @@
 """What became of each file in a run, and the run as a whole.
 
 Contract:
-- :class:`Status` is the one list of words a result line can carry (``calc.py: edited``); the
-  UI colours them, ``--stats-json`` records them, the run report counts them.
+- :class:`~adapld_cli.edit.judge.Status` is the one list of words a result line can carry
+  (``calc.py: edited``); the UI colours them, ``--stats-json`` records them, the run report
+  counts them.
 - :class:`Outcome` is one file's end state: status, exit code, a one-line detail, the edit
   result when there was one, and the bytes destined for stdout (edited file or diff).
 - :class:`RunReport` collects outcomes: counts per status, the worst exit code (the process's
@@ -16,31 +17,17 @@ from __future__ import annotations
 import contextlib
 import json
 from dataclasses import dataclass, field
-from enum import Enum
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from adapld_cli.edit.errors import EXIT_INTERRUPTED, EXIT_OK, EditError, UsageError
+from adapld_cli.edit.judge import Status
 
 if TYPE_CHECKING:
-    from adapld_cli.edit.session import EditResult
+    from adapld_cli.edit.judge import EditResult
     from adapld_cli.engine.types import Stats
 
-
-class Status(str, Enum):
-    """One file's end state, as printed after its name."""
-
-    EDITED = "edited"  # written in place
-    WRITTEN = "written"  # written to --output
-    CHANGED = "changed"  # would change; printed (--stdout, --diff), nothing written
-    WOULD_CHANGE = "would change"  # --check found a change (exit 1)
-    UNCHANGED = "unchanged"
-    REFUSED = "refused"  # a check refused the result (exit 1), nothing written
-    ERROR = "error"  # bad input, model or write failure (exit 2)
-    INTERRUPTED = "interrupted"  # SIGINT/SIGTERM during the edit (130/143), nothing written
-
-    def __str__(self) -> str:
-        return self.value
+__all__ = ["Outcome", "RunReport", "StatsLog", "Status", "strip_name"]
 
 
 @dataclass

@@ -1,16 +1,20 @@
-"""One `adapld edit` run: read the inputs, load the model once, edit, apply, report.
+"""One `adapld edit` run, the edit pipeline: inputs → generate → judge → repair → apply → report.
 
 Contract: :func:`run_edit` takes a typed :class:`EditConfig` and a :class:`View` (the CLI's
 terminal output; this module never prints) and returns the :class:`RunReport`, whose
 ``exit_code`` is the process's. Order of work:
 
-1. every input is read (bad ones become ``error`` outcomes) — without any good one, the model
-   is never loaded;
-2. the model loads once (``threads`` set first); a model error is exit 2;
-3. each file is generated, judged and applied with
-   :func:`~adapld_cli.edit.writeback.apply_result`; its outcome is reported (stdout data,
-   result line, ``--stats-json`` row) before the next file starts. A stats-file failure is
-   reported as its own error (exit 2) and never changes the outcome of the file.
+1. every input is read (:mod:`.inputs`; bad ones become ``error`` outcomes) — without any
+   good one, the model is never loaded;
+2. the model loads once (``threads`` set first; :mod:`.local`), or the server is reached
+   (:mod:`.remote`); a model or server error is exit 2;
+3. for each file: the prompt is prepared (:mod:`.request`), then each attempt
+   (:mod:`.repair`) is generated under its own live panel and judged (:mod:`.judge`); the
+   result is applied (:mod:`.writeback`) and its outcome reported (:mod:`.outcome`: stdout
+   data, result line, ``--stats-json`` row) before the next file starts. A stats-file failure
+   is reported as its own error (exit 2) and never changes the outcome of the file.
+
+:func:`edit_file` is step 3's generation without a view, for library callers.
 
 Interrupts (``KeyboardInterrupt``, or SIGINT/SIGTERM through
 :class:`~adapld_cli.edit.interrupt.Signals`): during loading or generation the current file
@@ -31,23 +35,22 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from adapld_cli.edit.errors import EXIT_USAGE, EditError
+from adapld_cli.edit.files.journal import Journal, Run
+from adapld_cli.edit.files.source import SourceFile
 from adapld_cli.edit.inputs import EditInput, read_inputs
 from adapld_cli.edit.interrupt import Interrupted, Signals, describe, exit_code_of
-from adapld_cli.edit.journal import Journal, Run
-from adapld_cli.edit.outcome import Outcome, RunReport, StatsLog, Status
+from adapld_cli.edit.judge import EditResult, Status, judge
+from adapld_cli.edit.local import LocalModel
+from adapld_cli.edit.outcome import Outcome, RunReport, StatsLog
 from adapld_cli.edit.prompt import PromptTemplate
-from adapld_cli.edit.remote import ChatClient, RemoteSession, ServerConfig, ServerError
-from adapld_cli.edit.session import (
-    EditOptions,
-    EditResult,
-    EditSession,
-    PreparedEdit,
-    with_repairs,
-)
+from adapld_cli.edit.remote import ChatClient, RemoteModel, ServerConfig, ServerError
+from adapld_cli.edit.repair import Attempts
+from adapld_cli.edit.request import EditOptions, prepare
 from adapld_cli.edit.writeback import WriteBack, apply_result
 from adapld_cli.engine.types import StepEvent, UnsupportedModelError
 from adapld_cli.model.errors import ModelError
 
+Backend = LocalModel | RemoteModel
 EventHook = Callable[[StepEvent], None]
 
 
@@ -70,7 +73,7 @@ class EditConfig:
     instruction: str
     template: PromptTemplate
     writeback: WriteBack = field(default_factory=WriteBack)
-    options: EditOptions = field(default_factory=EditOptions)
+    options: EditOptions = field(default_factory=EditOptions)  # its ``force`` is the run's
     model: ModelConfig = field(default_factory=ModelConfig)
     stdin_filename: str | None = None
     stats_json: Path | None = None
@@ -133,27 +136,31 @@ class _Run:
     def all(self) -> None:
         cfg = self.config
         items = read_inputs(
-            cfg.paths, cfg.writeback, stdin=_stdin(), stdin_filename=cfg.stdin_filename
+            cfg.paths,
+            cfg.writeback,
+            force=cfg.options.force,
+            stdin=_stdin(),
+            stdin_filename=cfg.stdin_filename,
         )
         self.report.inputs = len(items)
         todo = [item for item in items if isinstance(item, EditInput)]
         for item in items:
             if isinstance(item, Outcome):
                 self.finish(item)
-        session = self.session() if todo else None
-        if session is None:
+        backend = self.backend() if todo else None
+        if backend is None:
             return
         try:
             for n, item in enumerate(todo):
-                if self.one(session, item) or self.stop_after(len(todo) - n - 1):
+                if self.one(backend, item) or self.stop_after(len(todo) - n - 1):
                     return
         finally:
-            if isinstance(session, RemoteSession):
-                session.close()
+            if isinstance(backend, RemoteModel):
+                backend.close()
 
-    def session(self) -> EditSession | RemoteSession | None:
+    def backend(self) -> Backend | None:
         """Load the model, or connect to the server (``None`` after reporting a model or
-        server error), and open the session."""
+        server error)."""
         if self.config.server is not None:
             return self.remote(self.config.server)
         started = time.perf_counter()
@@ -170,28 +177,28 @@ class _Run:
             f"{', ' + loaded.weights_label() if loaded.weights == 'quantized' else ''}, "
             f"{threads} threads, loaded in {time.perf_counter() - started:.1f}s"
         )
-        session = EditSession(loaded, self.config.options, self.config.template)
-        self.view.info(f"prompt template {session.template.name}; method {session.options.method}")
-        return session
+        local = LocalModel(loaded, self.config.options, self.config.template)
+        self.view.info(f"prompt template {local.template.name}; method {local.method}")
+        return local
 
-    def remote(self, server: ServerConfig) -> RemoteSession | None:
+    def remote(self, server: ServerConfig) -> RemoteModel | None:
         client = ChatClient(server)
         try:
-            session = RemoteSession(client, self.config.options, self.config.template)
+            remote = RemoteModel(client, self.config.options, self.config.template)
         except ServerError as exc:
             client.close()
             self.view.error(str(exc))
             self.report.fail(exc.exit_code)
             return None
         self.view.info(
-            f"server {server.url}, model {session.model}; prompt template {session.template.name}"
+            f"server {server.url}, model {remote.model}; prompt template {remote.template.name}"
         )
-        return session
+        return remote
 
-    def one(self, session: EditSession | RemoteSession, item: EditInput) -> bool:
+    def one(self, backend: Backend, item: EditInput) -> bool:
         """Edit, apply and report one file; True when the run must stop (interrupted)."""
         try:
-            result = self.generate(session, item)
+            result = self.generate(backend, item)
             with self.signals.deferred():
                 outcome = self.apply(result, item)
                 self.finish(outcome)
@@ -212,6 +219,7 @@ class _Run:
             return apply_result(
                 result,
                 self.config.writeback,
+                force=self.config.options.force,
                 name=item.name,
                 checkpoint=self.signals.check,
                 journal=self.journal,
@@ -219,24 +227,25 @@ class _Run:
         except KeyboardInterrupt as exc:
             return Outcome.interrupted(item.name, exc)
 
-    def generate(self, session: EditSession | RemoteSession, item: EditInput) -> EditResult:
-        """Generate and judge, with repairs up to ``--attempts`` (:func:`with_repairs`); each
-        attempt gets its own live panel."""
-        prepared = session.prepare(item.source, self.config.instruction, item.lang)
-        self.view.info(session.describe(prepared))
-
-        def attempt(p: PreparedEdit, n: int) -> EditResult:
-            title = item.name if n == 1 else f"{item.name} (attempt {n})"
-            with self.view.generating(title, session.tokenizer, session.method) as panel:
-                return session.run(p, _chain(panel, self.on_event))
-
-        def retrying(result: EditResult) -> None:
-            self.view.info(
-                f"{item.name}: attempt {result.attempts} {result.status}: {result.feedback} "
-                "Asking again."
-            )
-
-        result = with_repairs(session, prepared, attempt, retrying)
+    def generate(self, backend: Backend, item: EditInput) -> EditResult:
+        """Prepare, then generate and judge each attempt (:class:`Attempts`: the first and
+        its repairs, up to ``--attempts``), each under its own live panel."""
+        prepared = prepare(backend, item.source, self.config.instruction, item.lang)
+        self.view.info(backend.describe(prepared))
+        attempts = Attempts(backend, prepared)
+        for attempt in attempts:
+            title = item.name
+            if attempt.previous is not None:
+                title = f"{item.name} (attempt {attempt.number})"
+                self.view.info(
+                    f"{item.name}: attempt {attempt.previous.attempts} "
+                    f"{attempt.previous.status}: {attempt.previous.feedback} Asking again."
+                )
+            with self.view.generating(title, backend.tokenizer, backend.method) as panel:
+                generation = backend.generate(attempt.prepared, _chain(panel, self.on_event))
+            attempts.record(judge(attempt.prepared, generation, force=self.config.options.force))
+        result = attempts.result
+        assert result is not None
         if result.stats.graph_fallback:  # CUDA only: a capture failed, later passes ran eagerly
             self.view.info(
                 f"{item.name}: CUDA graphs off, passes ran eagerly ({result.stats.graph_fallback})"
@@ -265,6 +274,24 @@ class _Run:
             self.view.error(f"{describe(exc)}; {remaining} more file(s) not edited")
             self.report.fail(exc.exit_code)
         return True
+
+
+def edit_file(
+    backend: Backend,
+    source: SourceFile,
+    instruction: str,
+    lang: str | None = None,
+    on_event: EventHook | None = None,
+) -> EditResult:
+    """One file's edit without a view: prepare, then generate and judge each attempt.
+    Raises :class:`~adapld_cli.edit.errors.InputError` before generating (see
+    :func:`~adapld_cli.edit.request.prepare`)."""
+    attempts = Attempts(backend, prepare(backend, source, instruction, lang))
+    for attempt in attempts:
+        generation = backend.generate(attempt.prepared, on_event)
+        attempts.record(judge(attempt.prepared, generation, force=backend.options.force))
+    assert attempts.result is not None
+    return attempts.result
 
 
 def load_model(

@@ -3,17 +3,18 @@
 Contract:
 - :class:`WriteBack` is built once per run from the options (:meth:`WriteBack.from_options`
   raises :class:`~adapld_cli.edit.errors.UsageError` for combinations that make no sense).
-- :func:`apply_result` turns one :class:`~adapld_cli.edit.session.EditResult` into an
+- :func:`apply_result` turns one :class:`~adapld_cli.edit.judge.EditResult` into an
   :class:`~adapld_cli.edit.outcome.Outcome`: it writes the file when the mode says so (in
   place or ``--output``, atomically) and returns the bytes for stdout (edited file or diff)
   without printing them. Nothing is written for a refused result, in ``--check``, ``--diff``
   and ``--stdout``, or for an unchanged file in place. ``checkpoint`` is called right before
   the write begins: raising there (an interrupt) leaves the disk untouched.
 - A write goes through the undo journal's run when one is given (every write of a CLI run
-  is journalled) and through :mod:`adapld_cli.edit.source`'s checks either way: a file that
+  is journalled) and through :mod:`adapld_cli.edit.files.source`'s checks either way: a file that
   changed on disk since it was read is ``refused`` (exit 1), a read-only file (unless
-  ``force``), a special file or a journal failure is an ``error`` (exit 2); in all of these
-  nothing is written. Owner, group, mode bits and hard links are kept.
+  ``force``: the run's ``--force``, :attr:`~adapld_cli.edit.request.EditOptions.force`), a
+  special file or a journal failure is an ``error`` (exit 2); in all of these nothing is
+  written. Owner, group, mode bits and hard links are kept.
 """
 
 from __future__ import annotations
@@ -34,13 +35,14 @@ from adapld_cli.edit.errors import (
     EditError,
     UsageError,
 )
-from adapld_cli.edit.outcome import Outcome, Status, strip_name
-from adapld_cli.edit.source import atomic_write, is_stdin_path, write_source
+from adapld_cli.edit.files.source import atomic_write, is_stdin_path, write_source
+from adapld_cli.edit.judge import Status
+from adapld_cli.edit.outcome import Outcome, strip_name
 
 if TYPE_CHECKING:
-    from adapld_cli.edit.journal import Run
-    from adapld_cli.edit.session import EditResult
-    from adapld_cli.edit.source import SourceFile
+    from adapld_cli.edit.files.journal import Run
+    from adapld_cli.edit.files.source import SourceFile
+    from adapld_cli.edit.judge import EditResult
 
 
 class Mode(Enum):
@@ -65,7 +67,6 @@ class WriteBack:
     mode: Mode = Mode.IN_PLACE
     output: Path | None = None
     diff: bool = False
-    force: bool = False  # write read-only files too (checks of the result: EditOptions.force)
 
     @classmethod
     def from_options(
@@ -76,7 +77,6 @@ class WriteBack:
         output: Path | None = None,
         diff: bool = False,
         check: bool = False,
-        force: bool = False,
     ) -> WriteBack:
         """The mode the options ask for; :class:`UsageError` when they contradict."""
         stdin = any(is_stdin_path(p) for p in paths)
@@ -89,14 +89,14 @@ class WriteBack:
         if output is not None and len(paths) != 1:
             raise UsageError("--output takes exactly one input path")
         if check:
-            return cls(Mode.CHECK, diff=diff, force=force)
+            return cls(Mode.CHECK, diff=diff)
         if diff:
-            return cls(Mode.DIFF, diff=True, force=force)
+            return cls(Mode.DIFF, diff=True)
         if output is not None:
-            return cls(Mode.OUTPUT, output=output, force=force)
+            return cls(Mode.OUTPUT, output=output)
         if to_stdout or stdin:
-            return cls(Mode.STDOUT, force=force)
-        return cls(Mode.IN_PLACE, force=force)
+            return cls(Mode.STDOUT)
+        return cls(Mode.IN_PLACE)
 
     def target(self, source: SourceFile) -> Path | None:
         """The file a result for ``source`` would be written to (``None``: none)."""
@@ -111,15 +111,16 @@ def apply_result(
     result: EditResult,
     writeback: WriteBack,
     *,
+    force: bool = False,
     name: str | None = None,
     checkpoint: Callable[[], None] | None = None,
     journal: Run | None = None,
 ) -> Outcome:
     """Apply ``result`` under ``writeback`` and say what happened (see the module contract)."""
     name = name if name is not None else result.source.name
-    if result.status == "refused":
+    if result.status is Status.REFUSED:
         return Outcome(name, Status.REFUSED, EXIT_REFUSED, result.message or "", result)
-    changed = result.status == "changed"
+    changed = result.status is Status.CHANGED
     outcome = Outcome(name, _status(writeback.mode, changed), result=result)
     outcome.exit_code = EXIT_REFUSED if outcome.status is Status.WOULD_CHANGE else EXIT_OK
     outcome.detail = _detail(result, writeback, changed)
@@ -129,13 +130,13 @@ def apply_result(
         return outcome
     if checkpoint is not None:
         checkpoint()
-    failed = _write(result, target, writeback, journal)
+    failed = _write(result, target, writeback, journal, force)
     if failed is not None:
         failed.name, failed.result = name, result
         failed.detail = strip_name(failed.detail, result.source.name)
         return failed
     outcome.written = target
-    if writeback.force and not (mode := target.stat().st_mode) & stat.S_IWUSR:
+    if force and not (mode := target.stat().st_mode) & stat.S_IWUSR:
         # say it: without --force this file is refused
         note = f"--force: written although read-only (mode {stat.S_IMODE(mode):04o} kept)"
         outcome.detail = "; ".join(p for p in (outcome.detail, note) if p)
@@ -179,16 +180,16 @@ def _stdout_data(result: EditResult, writeback: WriteBack, changed: bool, name: 
 
 
 def _write(
-    result: EditResult, target: Path, writeback: WriteBack, journal: Run | None
+    result: EditResult, target: Path, writeback: WriteBack, journal: Run | None, force: bool
 ) -> Outcome | None:
     """Write the result to ``target``; ``None`` when written, else the failure's outcome."""
     src, data = result.source, result.new_bytes
     try:
         if writeback.mode is Mode.IN_PLACE:
             if journal is not None:
-                journal.write(src, data, force=writeback.force)
+                journal.write(src, data, force=force)
             else:
-                write_source(src, data, force=writeback.force)
+                write_source(src, data, force=force)
             return None
         bits = None if target.exists() else _mode_bits(src.path)  # a new file: the source's
         if journal is not None:

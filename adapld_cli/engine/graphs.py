@@ -52,7 +52,7 @@ float32 kernels on the real model: chain rows bitwise equal, branch rows not). W
 (:func:`planes_attention`): the keys in the order plain decoding has them, one batch item
 per row, at one shape; the planes are kept from pass to pass (:class:`KeyPlanes`), so a pass
 copies only its own rows and those accepted since the last. The bench measures both on a
-GPU (``adapld bench --set uniform=true --methods ar,adapld``; ``docs/gpu_exact.py``).
+GPU (``adapld bench --set uniform=true --methods ar,adapld``; ``scripts/gpu/gpu_exact.py``).
 """
 
 from __future__ import annotations

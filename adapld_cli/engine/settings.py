@@ -66,7 +66,7 @@ class AdaPLDSettings:
             ``True`` / ``False`` always / never. Not a device default: :meth:`resolve`
             keeps it.
         semantic: the semantic fallback. Default: on CUDA only: on a CPU it cost more than
-            it gained (docs/performance.md, the ablations).
+            it gained (docs/performance.md, "Ablations (the same run)").
         graphs: every method's verify passes as static passes, replayed as CUDA graphs on
             a GPU (:mod:`adapld_cli.engine.graphs`). Default: on CUDA only (docs/design.md,
             "Static passes (CUDA graphs)"); on a CPU they are exact but slower.

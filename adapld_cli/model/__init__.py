@@ -26,15 +26,8 @@ whether a GGUF's Q4_K/Q6_K linears run as they are on the CPU kernels of ``model
 """
 
 from adapld_cli.model.errors import ModelError
-from adapld_cli.model.loader import (
-    LoadedModel,
-    clean,
-    embedded_models,
-    load,
-    model_info,
-    prepare,
-    resolve_spec,
-)
+from adapld_cli.model.info import embedded_models, model_info
+from adapld_cli.model.loader import LoadedModel, clean, load, prepare, resolve_spec
 from adapld_cli.model.paths import DEFAULT_EMBEDDED, EMBEDDED_MODELS, cache_dir
 
 __all__ = [

@@ -98,11 +98,11 @@ def _is_quantized(ggml_type: Any) -> bool:
 def _one_reader(gguf: Path) -> Iterator[Any]:
     """Open ``gguf`` once and hand that reader (and its parsed metadata) to transformers too.
 
-    Opening a GGUF parses every tokenizer entry, slicing a ``numpy.memmap`` hundreds of
-    thousands of times (~8 s for a 151k vocabulary, more on a busy machine); reading config
-    and tokenizer through transformers would do that three times. Here it happens once, on a
-    plain ``ndarray`` view of the mapping (~4x faster slicing, same bytes), and transformers'
-    metadata parse is reused for the same path.
+    Opening a GGUF parses every tokenizer entry, slicing a ``numpy.memmap`` several times an
+    entry, which is slow for a large vocabulary; reading config and tokenizer through
+    transformers would do that three times. Here it happens once, on a plain ``ndarray`` view
+    of the mapping (faster slicing, the same bytes), and transformers' metadata parse is
+    reused for the same path (docs/performance.md, "Figures behind code decisions").
     """
     import copy
 
@@ -370,8 +370,9 @@ def restore_packed(model: Any, folder: Path | str) -> bool:
     dequantised into it, cast to its dtype on its device. On a model built on empty weights
     (``loader._load_quantized``: the parameter is on the meta device) the embedding module
     becomes a ``PackedEmbedding`` (:func:`packed_embedding_class`) over the blocks instead:
-    the same values, row by row as they are looked up (no 3.5 s dequantisation of the 1.5B's
-    table per load, and 466 MB less memory).
+    the same values, row by row as they are looked up (no dequantisation of the whole table
+    per load, and the blocks in memory instead of the table: docs/design.md, "Numerical facts
+    the tests rely on").
     """
     path = Path(folder) / PACKED
     if not path.is_file():
@@ -454,8 +455,8 @@ def _save_tokenizer(tokenizer: Any, out: Path) -> None:
     """``tokenizer.save_pretrained(out)`` with its added tokens in ``tokenizer_config.json``
     (``added_tokens_decoder``, as the model's own repositories have it). transformers 5 leaves
     them out of a tokenizer made from a GGUF, and then every load parses the whole
-    ``tokenizer.json`` in Python to find them: ~0.5 s of the ~1.1 s the default model's
-    tokenizer took to load here."""
+    ``tokenizer.json`` in Python to find them, a large part of the tokenizer's load time
+    (docs/performance.md, "Figures behind code decisions")."""
     tokenizer.save_pretrained(out)
     path = Path(out) / "tokenizer_config.json"
     settings = json.loads(path.read_text(encoding="utf-8"))

@@ -4,16 +4,16 @@ MLP's gate and up projections.
 
 Replayed as a CUDA graph, a static pass of a small model is mostly small kernels, each a
 few microseconds however little it computes (a launch inside the graph, a wave of tiny
-thread blocks): ~55 a layer, ~1,500 a coder-1.5b pass (counted on a CPU with a dispatch mode;
-docs/design.md, "Fused small ops"). :func:`fuse` rewires a loaded model in place:
+thread blocks): dozens a layer (counted on a CPU with a dispatch mode; docs/design.md, "Fused
+small ops"). :func:`fuse` rewires a loaded model in place:
 
 - **RMSNorm** (eight kernels: a cast to float32, square, mean, add, rsqrt, multiply, a cast
   back, the weight; twice a layer and once at the end): the modules it recognises run
   torch's ``rms_norm``, one fused kernel on CUDA. Not transformers' bits: the fused kernel
   applies the weight in float32 and rounds once, transformers rounds the normalised states
-  to the model's dtype before the weight (on this CPU a quarter of a bfloat16 norm's
-  outputs differed by a unit in the last place). Plain decoding, adapld and the bench's
-  transformers baselines run the same modules, so they agree as before.
+  to the model's dtype before the weight (so bfloat16 outputs can differ by a unit in the
+  last place: docs/performance.md, "Figures behind code decisions"). Plain decoding, adapld
+  and the bench's transformers baselines run the same modules, so they agree as before.
 - **Rotary embedding** (five kernels for the queries, five for the keys): the family's
   ``apply_rotary_pos_emb`` over the queries and keys concatenated along the heads, six
   kernels; every element is computed by the same operations, so the values are

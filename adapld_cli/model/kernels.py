@@ -8,17 +8,21 @@ bfloat16 kernels, as on AVX2):
   transposed) runs oneDNN with weights reordered once
   (``torch.ops.mkldnn._reorder_linear_weight`` + ``_linear_pointwise``). Torch's default
   ``F.linear`` runs a 2- or 3-row input as separate matrix-vector products, so a small
-  verification pass costs 2-3 single steps; prepacked, a 16-token pass costs about one.
+  verification pass costs several single steps; prepacked, far less (docs/performance.md,
+  "Figures behind code decisions").
 - the forward is *batch-invariant*: a row's result does not depend on how many rows share
   the pass. oneDNN's result for a row is bitwise independent of the number of rows while the
-  reduced dimension is at most :data:`K_CHUNK` (measured for M = 1..128 on AVX-512 CPUs, in
-  float32 on AVX2 too; longer reductions are blocked differently for different M), so a
+  reduced dimension is at most :data:`K_CHUNK` (for every pass size up to
+  :data:`EXACT_MAX_QUERIES` rows on AVX-512 CPUs, in float32 on AVX2 too: docs/design.md,
+  "Numerical facts the tests rely on"; longer reductions are blocked differently for
+  different M), so a
   wider layer (the MLP's down projection, 4,864 inputs) is summed from fixed chunks in a
-  fixed order. On CPUs with AMX tiles, oneDNN's bfloat16 products block the reduction of
-  more than ~384 inputs differently past 32 rows (measured: every M in 33..128 differed for
-  K = 1,536), so there a pass of up to :data:`EXACT_MAX_QUERIES` rows runs in fixed blocks
-  of :data:`AMX_ROW_BLOCK` rows, each bit for bit what its rows get alone. Attention runs
-  each query exactly as a single-token decode step would (:func:`exact_attention`).
+  fixed order. On CPUs with AMX tiles, oneDNN's bfloat16 products block long reductions
+  differently past :data:`AMX_ROW_BLOCK` rows (docs/design.md, "AMX breaks oneDNN's bfloat16
+  invariance past 32 rows"), so there a pass of up to :data:`EXACT_MAX_QUERIES` rows runs in
+  fixed blocks of :data:`AMX_ROW_BLOCK` rows, each bit for bit what its rows get alone.
+  Attention runs each query exactly as a single-token decode step would
+  (:func:`exact_attention`).
   RMSNorm, RoPE, SiLU and residual adds are per row already.
   Hence a draft-tree pass computes every node's logits bit for bit as plain decoding does,
   in any dtype: greedy speculative decoding is then exactly plain greedy decoding, with no
@@ -169,7 +173,7 @@ def _packed_linear_class() -> type:
 def compute_dtype(dtype: Any) -> Any:
     """The dtype a ``PackedLinear`` of ``dtype`` weights computes in: float32 for bfloat16
     where oneDNN has no bfloat16 kernels on this CPU (AVX2: its float32 products are
-    batch-invariant too, measured for M = 1..128), else ``dtype`` itself."""
+    batch-invariant too, docs/design.md, "The AVX2 build"), else ``dtype`` itself."""
     import torch
 
     if dtype == torch.bfloat16 and not torch.ops.mkldnn._is_mkldnn_bf16_supported():
@@ -180,8 +184,9 @@ def compute_dtype(dtype: Any) -> Any:
 def row_block(compute: Any) -> int:
     """The rows a ``PackedLinear`` computing in ``compute`` runs a pass in (0 = the whole
     pass at once): :data:`AMX_ROW_BLOCK` for bfloat16 on a CPU with AMX tiles (or where torch
-    cannot say), else 0 (oneDNN's AVX-512 and AVX2 kernels were batch-invariant for every M
-    up to 128)."""
+    cannot say), else 0 (oneDNN's AVX-512 and AVX2 kernels are batch-invariant for passes
+    up to :data:`EXACT_MAX_QUERIES` rows: docs/design.md, "Numerical facts the tests rely
+    on")."""
     import torch
 
     if compute != torch.bfloat16:

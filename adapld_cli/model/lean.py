@@ -1,10 +1,11 @@
 """A lean forward for Llama-family decoders on the exact CPU kernels: the same numbers, less
 host work per pass.
 
-On a CPU a single decoding step of the 1.5B model spends ~40 ms in the int8 products and
-~20 ms more in serial host work between them: transformers' module calls, keyword plumbing,
-mask helpers, three projections where one would do, each quantizing the same input again
-(the second thread spins meanwhile). :func:`install` rewires a loaded model in place, once:
+On a CPU a single decoding step spends a large part of its time in serial host work between
+the int8 products: transformers' module calls, keyword plumbing, mask helpers, three
+projections where one would do, each quantizing the same input again (the second thread
+spins meanwhile; docs/design.md, "The lean forward"; docs/performance.md, "Run H").
+:func:`install` rewires a loaded model in place, once:
 
 - **Fused projections.** A layer's ``q``/``k``/``v`` projections (and ``gate``/``up``) that are
   :class:`~adapld_cli.model.quant.QuantLinear` layers with int8 inputs become one kernel call

@@ -12,8 +12,7 @@ Contract:
   unless cached; local: nothing) and returns the folder to load from.
 - :func:`load`: prepare, then ``from_pretrained`` model and tokenizer from the same folder with
   accelerate placement, in eval mode. Hub ids are tried from the local HF cache first.
-- :func:`model_info`: what load would do, without loading weights or touching the network;
-  :func:`embedded_models` lists every embedded model with its state.
+- what load would do, without loading weights: :mod:`adapld_cli.model.info`.
 Everything the user can fix raises :class:`ModelError` (one line).
 """
 
@@ -32,7 +31,6 @@ from typing import Any
 from adapld_cli.model import fused, kernels, lean
 from adapld_cli.model.assemble import (
     assemble,
-    find_embedded_part,
     locate_embedded_parts,
     reinstall_hint,
 )
@@ -280,8 +278,8 @@ def resolve_weights(weights: str | None, target: Target, placement: Any) -> bool
 
     ``auto`` takes them wherever they can run (a GGUF or embedded model, on a CPU with AVX-512
     BF16, a C++ compiler and ninja, in bfloat16 with adapld's kernels): faster at every pass
-    size and as exact (README, Performance). ``quantized`` where they cannot run, or an
-    unknown value, raises :class:`ModelError`.
+    size and as exact (docs/performance.md, "Figures behind code decisions"). ``quantized``
+    where they cannot run, or an unknown value, raises :class:`ModelError`.
     """
     name = (weights or os.environ.get(ENV_WEIGHTS, "") or "auto").strip().lower()
     if name not in WEIGHT_MODES:
@@ -599,119 +597,3 @@ def _finish_quantized(model: Any, folder: Path) -> Any:
         raise ModelError(f"cache {folder} lacks weights for {empty[0]}; run `adapld model clean`")
     model.generation_config = GenerationConfig.from_pretrained(folder, local_files_only=True)
     return model
-
-
-# ----------------------------------------------------------------------------- info
-
-
-def _disk_size(path: Path) -> int:
-    if path.is_file():
-        return path.stat().st_size
-    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
-
-
-def model_info(
-    spec: str | None = None,
-    device: str | None = None,
-    dtype: str = "auto",
-    weights: str | None = None,
-) -> dict[str, Any]:
-    """What :func:`load` would use, without loading weights or touching the network.
-
-    Keys: ``spec``, ``name``, ``source``, ``state`` (``ready``/``needs prepare``/
-    ``parts missing``/``not downloaded``), ``ready``, ``path`` (folder loaded from, or None),
-    ``size_bytes`` (of ``path``, else of the source), ``device``, ``dtype``, ``weights``
-    (``quantized``/``dequantized``, with ``weights_reason`` when auto cannot quantize),
-    ``activations`` (quantized only: ``int8``/``bfloat16``), ``cache_dir``;
-    embedded adds ``title``, ``upstream``, ``default``, ``parts`` and ``cache``; gguf adds
-    ``gguf`` and ``cache``.
-    """
-    target = classify(spec)
-    placement, quantized = _placement(target, device, dtype, weights)
-    info: dict[str, Any] = {
-        "spec": target.spec,
-        "name": target.name,
-        "source": target.kind,
-        "device": placement.device,
-        "dtype": placement.dtype,
-        "weights": "quantized" if quantized else "dequantized",
-        "cache_dir": str(cache_dir()),
-    }
-    if quantized:
-        info["activations"] = _activations()
-    reason = _quantized_reason(target, placement)
-    if reason and target.kind in (EMBEDDED, "gguf"):
-        info["weights_reason"] = reason
-    if target.embedded is not None:
-        info.update(_embedded_info(target.embedded, quantized))
-    elif target.kind == "gguf":
-        assert target.path is not None
-        folder, source_id = _cache_for(target, quantized)
-        info["gguf"] = str(target.path)
-        info.update(_cache_info(folder, source_id, target.path.stat().st_size, True))
-    elif target.kind == "local":
-        assert target.path is not None
-        info.update(state="ready", path=str(target.path), size_bytes=_disk_size(target.path))
-    else:
-        cached = _hub_cached(target.spec)
-        if cached is not None:
-            info.update(state="ready", path=str(cached), size_bytes=_disk_size(cached.resolve()))
-        else:
-            info.update(state="not downloaded", path=None, size_bytes=None)
-    info["ready"] = info["state"] == "ready"
-    return info
-
-
-def _cache_info(folder: Path, source_id: str, source_size: int, have_source: bool) -> dict:
-    state = cache_state(folder, source_id)
-    info: dict[str, Any] = {"cache": {"path": str(folder), "state": state}}
-    if state == "ready":
-        info.update(state="ready", path=str(folder), size_bytes=_disk_size(folder))
-    else:
-        info.update(
-            state="needs prepare" if have_source else "parts missing",
-            path=None,
-            size_bytes=source_size,
-        )
-    return info
-
-
-def _embedded_info(model: EmbeddedModel, quantized: bool = False) -> dict[str, Any]:
-    found = [(p, find_embedded_part(p)) for p in model.parts]
-    info: dict[str, Any] = {
-        "title": model.title,
-        "upstream": model.upstream,
-        "default": model.name == DEFAULT_EMBEDDED,
-        "parts": [
-            {"package": p.dist, "path": str(path) if path else None, "size_bytes": p.size}
-            for p, path in found
-        ],
-        "reinstall": reinstall_hint(model, [p for p, path in found if path is None] or None),
-    }
-    if model.extra and not any(path for _, path in found):
-        info["reinstall"] = f"run `pip install 'adapld[{model.extra}]'`"
-    have = all(path for _, path in found)
-    folder = _embedded_target(model, quantized)
-    info.update(_cache_info(folder, embedded_source_id(model), model.size, have))
-    return info
-
-
-def embedded_models(quantized: bool = False) -> list[dict[str, Any]]:
-    """Every embedded model: ``name``, ``title``, ``upstream``, ``default``, ``state``,
-    ``size_bytes`` (of the cache for ``quantized`` weights or not, when ready, else of the
-    GGUF), ``summary``. No weights loaded."""
-    rows = []
-    for model in EMBEDDED_MODELS.values():
-        info = _embedded_info(model, quantized)
-        rows.append(
-            {
-                "name": model.name,
-                "title": model.title,
-                "upstream": model.upstream,
-                "default": info["default"],
-                "state": info["state"],
-                "size_bytes": info["size_bytes"],
-                "summary": model.summary,
-            }
-        )
-    return rows

@@ -85,9 +85,10 @@ def tune_attention(device_type: str) -> bool:
     """Before decoding on ``device_type``: on CUDA, switch off torch's cuDNN backend of
     ``scaled_dot_product_attention``; returns whether it did. cuDNN builds an execution graph
     for every new shape, and decoding makes one every call (each step's key count, each
-    prefill chunk, each pass size): on an H200 (torch 2.11) it cost ~2.1 ms of host time a
-    call, 62 % of a plain step (28 calls, ~60 ms a token), for ~8 us of kernel. Flash and
-    memory-efficient attention, which torch picks instead, launch in microseconds. The flag
+    prefill chunk, each pass size), so on a GPU its host time a call far exceeds its kernel's
+    and dominates a plain step (docs/design.md, "Static passes (CUDA graphs)", the cuDNN
+    paragraph). Flash and memory-efficient attention, which torch picks instead, build
+    nothing per shape. The flag
     is torch's, process-wide: the bench's transformers baselines run without cuDNN attention
     too."""
     if device_type != "cuda":

@@ -41,8 +41,8 @@ namespace {
 // Groups ahead whose weights (256 bytes a group and tile in q4's layout, 192 in q6's) and scales the
 // group-by-group loops request early. Tiles are contiguous, so past a tile's end these are
 // the next tile's, which the same thread takes next (past the last one, a prefetch of memory
-// never read: harmless). Measured on the 1.5B model, int8 inputs, 2 threads: single steps and
-// 8- to 16-row passes ~8-10% faster with 2 KB ahead (1 to 4 KB alike), 32-row passes ~3%.
+// never read: harmless). Requesting them early makes single steps and small passes faster
+// (docs/performance.md, "Figures behind code decisions").
 constexpr int64_t PREFETCH_GROUPS = 8;
 
 inline void prefetch_group(const uint8_t* w, const uint8_t* sc) {
@@ -651,9 +651,9 @@ inline __m512 close_row(bool q4, __m512i A, __m512i B, float xs, __m512 d, __m51
 // into a buffer, then for each row block the exact integer sums A stay in registers across its
 // groups and B is summed at the block's end: the same integers and the very float steps of
 // close_row in the same order, so every output is the group-by-group form's bit for bit.
-// Measured on the 1.5B model (2 threads, weights streamed from memory): prefill chunks of 256
-// rows 11% faster, 64-row passes 2-15% faster, but 8- to 32-row passes 3-7% slower (the
-// group-by-group form overlaps the weight stream with its products better), hence the bound.
+// It is faster for prefill chunks and 64-row passes but slower for 8- to 32-row ones (the
+// group-by-group form overlaps the weight stream with its products better), hence the bound
+// (docs/performance.md, "Figures behind code decisions").
 constexpr int64_t BLOCKED_ROWS = 64;
 
 // Unpack groups g0 .. g1 - 1 of tile t into wb[(g - g0) * P + i] (VNNI dwords: dword c of

@@ -215,11 +215,11 @@ inline V16i pair_epi16(V16i sc) {
 // vpmaddwd by the scale pair (sc2 = pair_epi16(sc)) then widens and scales them at once:
 // |sum * sc| * 2 < 2^23, exact in int32, and no vpmulld (slow on Intel). RT rows at a time:
 // their sums fit AVX2's 16 registers (all R = 8 rows' would not), each weight load serves RT
-// rows.
+// rows (why two: docs/performance.md, "Figures behind code decisions").
 template <int R, int P, int RS>
 inline void scaled_dots_i16(const int32_t* x, const V16i* w, V16i sc2, V16i* A) {
   constexpr int STEP = P == 8 ? 8 : 2;
-  constexpr int RT = R < 2 ? R : 2;  // rows at a time (R: 8, 4, 2 or 1); 1 and 4 were no faster
+  constexpr int RT = R < 2 ? R : 2;  // rows at a time (R: 8, 4, 2 or 1)
 #pragma GCC unroll 8
   for (int r0 = 0; r0 < R; r0 += RT) {
     __m256i lo[RT], hi[RT];  // int32: A's halves

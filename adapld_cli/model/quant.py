@@ -3,8 +3,9 @@
 Contract:
 - :func:`unavailable` says in one line why the quantized kernels cannot run here (neither
   AVX-512 BF16 nor AVX2 + FMA, no C++ compiler or ninja, a failed build), or None.
-  :func:`extension` builds ``qmm.cpp`` once into the adapld cache (~30 s, under a file
-  lock; later loads take milliseconds) and returns the module.
+  :func:`extension` builds ``qmm.cpp`` once into the adapld cache (under a file lock; later
+  loads reuse the build; its time: docs/performance.md, "Figures behind code decisions") and
+  returns the module.
 - :class:`QuantLinear` is a linear layer over bfloat16 inputs whose weights stay in the
   GGUF's integers and scales: ``q4`` (Q4_K: 4-bit values, per group of 32 a 6-bit scale and
   min, per 256 a float16 ``d``/``dmin``) and ``q6`` (Q6_K: signed 6-bit values, per group of
@@ -139,8 +140,9 @@ def unavailable() -> str | None:
 
 def resolve_activations(value: str | None = None) -> str:
     """How the quantized linears take their inputs: ``value``, else ``$ADAPLD_ACTIVATIONS``,
-    else ``int8`` (the faster on both targets: README, Performance). Both forms run wherever
-    the kernels do; an unknown value raises ``ValueError``."""
+    else ``int8`` (the faster on both targets: docs/performance.md, "Figures behind code
+    decisions"). Both forms run wherever the kernels do; an unknown value raises
+    ``ValueError``."""
     import os
 
     name = (value or os.environ.get(ENV_ACTIVATIONS, "") or "auto").strip().lower()

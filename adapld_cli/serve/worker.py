@@ -83,7 +83,7 @@ class Generator:
         max_tokens: int = 8192,
         model_id: str | None = None,
     ) -> None:
-        from adapld_cli.edit.session import context_limit, stop_token_ids
+        from adapld_cli.edit.local import context_limit, stop_token_ids
 
         self.loaded = loaded
         self.method = method
@@ -171,13 +171,13 @@ class Generator:
                 continue
             self.current = job
             try:
-                self.run(job)
+                self.generate(job)
             except Exception as exc:  # a failed generation answers 500; the server goes on
                 job.post(("error", f"generation failed: {type(exc).__name__}: {exc}"))
             finally:
                 self.current = None
 
-    def run(self, job: Job) -> None:
+    def generate(self, job: Job) -> None:
         """Generate one job, posting pieces and the end (see the module contract)."""
         from adapld_cli.engine import PrefixCache, stream
 

@@ -2,7 +2,7 @@
 
 Contract: :class:`LivePanel` is a context manager around Rich ``Live`` on the given (stderr)
 console, with ``redirect_stdout=False`` so data written to stdout is never captured. Feed it
-engine events with :meth:`LivePanel.on_event` (the callback the edit session takes). It
+engine events with :meth:`LivePanel.on_event` (the callback local generation takes). It
 decodes tokens incrementally (multi-byte characters split over tokens are held back until
 complete) and shows the tail of the text, plus a footer: tokens, forward passes, mean
 accepted length T, tokens/s and the speedup over plain decoding — measured when

@@ -1,11 +1,11 @@
-"""The load check of the README's serve section (not part of the package, not in CI).
+"""The load check of docs/serve.md, "Under load" (not part of the package, not in CI).
 
 Against a running server (``adapld serve --port 8123``): 20 sequential and 4 concurrent chat
 requests (40 tokens each, greedy) and 10 bad ones; prints each bad request's status, then
 computes the 24 answers by local plain decoding (``ar``, the same rendering as the server)
 and prints how many are identical::
 
-    python docs/serve_load.py http://127.0.0.1:8123/v1
+    python scripts/bench/serve_load.py http://127.0.0.1:8123/v1
 """
 
 from __future__ import annotations
@@ -74,8 +74,8 @@ def bad_requests(url: str) -> None:
 
 
 def local_ar(answers: dict[int, str]) -> None:
+    from adapld_cli.edit.local import stop_token_ids
     from adapld_cli.edit.prompt import chat_text
-    from adapld_cli.edit.session import stop_token_ids
     from adapld_cli.engine import GenerationConfig, generate
     from adapld_cli.model import load
 

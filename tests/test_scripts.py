@@ -1,6 +1,6 @@
-"""The scripts in docs/ that a later session runs on a lent device work here first: the GPU
-profile (``docs/gpu_profile.py``) and the tree-vs-steps exactness probe
-(``docs/gpu_exact.py``) on tiny models on the CPU."""
+"""The scripts in scripts/gpu/ that a later session runs on a lent device work here first: the
+GPU profile (``scripts/gpu/gpu_profile.py``) and the tree-vs-steps exactness probe
+(``scripts/gpu/gpu_exact.py``) on tiny models on the CPU, and the check script parses."""
 
 from __future__ import annotations
 
@@ -12,11 +12,11 @@ import torch
 
 from tests.tiny_models import one_thread, random_prompt, tiny_model
 
-DOCS = Path(__file__).resolve().parents[1] / "docs"
+GPU = Path(__file__).resolve().parents[1] / "scripts" / "gpu"
 
 
 def _script(name: str):
-    spec = importlib.util.spec_from_file_location(name, DOCS / f"{name}.py")
+    spec = importlib.util.spec_from_file_location(name, GPU / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -92,4 +92,4 @@ def test_gpu_exact_compares_tree_rows_with_single_steps():
 def test_gpu_check_script_parses():
     import subprocess
 
-    subprocess.run(["bash", "-n", str(DOCS / "gpu_check.sh")], check=True)
+    subprocess.run(["bash", "-n", str(GPU / "gpu_check.sh")], check=True)

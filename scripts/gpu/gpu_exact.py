@@ -2,7 +2,7 @@
 4; not part of the package.) For the real model on a lent GPU, where nothing else says which
 kernels a padded or an n-row pass gets::
 
-    python docs/gpu_exact.py --device cuda [--model M] [--trees 4] [--nodes 65]
+    python scripts/gpu/gpu_exact.py --device cuda [--model M] [--trees 4] [--nodes 65]
 
 For each of ``--trees`` random draft trees (depth-first, as the drafter builds them: a copied
 chain with branches hung under it) after a prompt of an edit case, one verify pass over the
@@ -17,7 +17,7 @@ Printed per mode: rows whose logits are bitwise equal (split into the tree's fir
 chain, where a node's keys lie where plain decoding puts them, and branch nodes, which lie
 further on), rows whose argmax agrees, and the largest difference. Greedy AdaPLD is exactly
 plain decoding iff every argmax agrees (and where logits are bitwise equal it cannot differ).
-The same script runs on a CPU (``tests/test_docs_scripts.py`` runs it on a tiny model).
+The same script runs on a CPU (``tests/test_scripts.py`` runs it on a tiny model).
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ Contract:
   bits copied, ``os.replace``): readers see the old file or the new one, never a mix, and an
   interrupted run leaves the old file in place. Symlinks are followed (the link survives).
 
-Safety (issue 9: race-safe writes that keep the file's identity):
+Safety (race-safe writes that keep the file's identity):
 - :func:`read_source` never opens a FIFO, device or socket: it calls ``stat`` first and raises
   :class:`~adapld_cli.edit.errors.SpecialFileError` (exit 2), then opens non-blocking and
   checks the opened file again. It records a :class:`Snapshot` (size, mtime_ns, inode,
@@ -26,7 +26,7 @@ Safety (issue 9: race-safe writes that keep the file's identity):
   :class:`~adapld_cli.edit.errors.ChangedOnDiskError` (``changed on disk during the edit;
   nothing written``, exit 1) if it differs in any of size, mtime_ns, inode, device or
   content hash. ``before_replace`` runs after that check and before the replacement: the
-  place to journal the original bytes (see :mod:`adapld_cli.edit.journal`).
+  place to journal the original bytes (see :mod:`adapld_cli.edit.files.journal`).
 - Identity is kept: owner and group are copied onto the temporary file before the rename
   (works as root; best effort otherwise), mode bits are kept, and a file with more than one
   hard link is **written through its own inode** (the new bytes are first fsynced in the

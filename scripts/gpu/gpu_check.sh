@@ -3,12 +3,12 @@
 # Run from the repository root once the GPU kit's calls have put its wheels and the model's
 # GGUF parts in /tmp/kit:
 #
-#   bash docs/gpu_check.sh [1|2|3|4] [CANITEDIT.jsonl]
+#   bash scripts/gpu/gpu_check.sh [1|2|3|4] [CANITEDIT.jsonl]
 #
 # The call after the kit's, as made on 2026-12-04 (copy ../shared/bench/canitedit.jsonl to
 # .gpu-kit/, carry it and name it as the 2nd argument):
 #   mkdir -p /tmp/o; PACK=$OUT/all.tgz OUT=/tmp/o BUDGET=540 KIT=/tmp/kit \
-#     bash docs/gpu_check.sh 1 .gpu-kit/canitedit.jsonl
+#     bash scripts/gpu/gpu_check.sh 1 .gpu-kit/canitedit.jsonl
 # then read $OUT/all.tgz (steps.txt, every step's log, the bench's JSON and Markdown).
 #
 # Installs the wheels, prepares the model, then runs each check of the part asked for under
@@ -27,14 +27,15 @@
 #                              ADAPLD_KEPT_PLANES=0, ADAPLD_FUSED=0: the pass much as session
 #                              40 left it): what spans, kept planes and fused ops save
 #   3. cases.json              the six edit cases, ar,adapld,adapld-chains,adapld-buckets,
-#                              hf-pld,hf: the README's GPU table; = ar of adapld with and
-#                              without uniform; the chains arm's speed beside the default's
+#                              hf-pld,hf: the GPU table (docs/performance.md); = ar of
+#                              adapld with and without uniform; the chains arm's speed
+#                              beside the default's
 #   4. identity.json           CanItEdit 21-40, ar,adapld (CANITEDIT.jsonl needed): = ar over
 #                              20 tasks, the issue's identity count
 #   5. exact.log               2 trees of 65 nodes vs single steps, eager, static, uniform,
 #                              uniform with key planes, and those in spans of 16 keys (masked
 #                              keys left out change nothing?): rows bitwise equal (chain /
-#                              branches) / same argmax (docs/gpu_exact.py; last, as a cut
+#                              branches) / same argmax (scripts/gpu/gpu_exact.py; last, as a cut
 #                              step still leaves the modes it printed)
 #   part 2 (~6 minutes; CANITEDIT.jsonl needed for 7 and 8)
 #      verify-cost-nocudnn.log  the default's pass with cuDNN attention kept out of captures
@@ -45,7 +46,7 @@
 #                   this is exact too if they stay so, and skips the planes' copies: its = ar
 #                   and speed against part 1's
 #   6. profile/         torch.profiler over 50 ar steps and 20 adapld passes, graphs
-#                       (docs/gpu_profile.py --modes graphs)
+#                       (scripts/gpu/gpu_profile.py --modes graphs)
 #   7. canitedit.json   CanItEdit 21-30, ar,hf-pld,adapld: the issue's "5x hf-pld" target
 #   8. ablations.json   CanItEdit 31-40, ar,adapld,adapld-no-semantic,adapld-no-branches,
 #                       adapld-no-recycle: what the semantic fallback, branches and recycled
@@ -60,7 +61,7 @@
 #                       graphs and the uniform shape gain
 #  10. profile/         the profiles of the chains arm (no planes, single chains), of the
 #                       nine-size static passes and of eager ones (--modes chains,buckets,eager)
-#   part 4 (~5 minutes with coder-0.5b): the README table for a second model, whichever the
+#   part 4 (~5 minutes with coder-0.5b): the GPU table for a second model, whichever the
 #   kit holds (`../shared/tools/gpu_kit.sh coder-0.5b`: 8 parts)
 #  11. cases.json       the six edit cases, ar,adapld,hf-pld,hf
 #  12. canitedit.json   CanItEdit 21-30, ar,hf-pld,adapld
@@ -80,7 +81,7 @@
 #
 # Rehearsal on a CPU, in an environment like the device's (its transformers and packages; see
 # the GPU kit), before a session spends device time on it:
-#   KIT=DIR DEVICE=cpu QUICK=1 SCALE=4 bash docs/gpu_check.sh 1
+#   KIT=DIR DEVICE=cpu QUICK=1 SCALE=4 bash scripts/gpu/gpu_check.sh 1
 # KIT: where the wheels and GGUF parts are (default /tmp/kit; without a whl/ folder in it the
 # current environment is used as it is), DEVICE: the device (default cuda), QUICK: one task,
 # 24 new tokens, small trees and profiles, so each part takes minutes on a CPU; SCALE: a factor
@@ -92,8 +93,8 @@ mkdir -p "$OUT"
 part=${1:-1}
 tasks=${2:-}
 quick=()  # bench options that shorten every run (QUICK)
-exact=()  # ... docs/gpu_exact.py's
-profile=()  # ... docs/gpu_profile.py's
+exact=()  # ... scripts/gpu/gpu_exact.py's
+profile=()  # ... scripts/gpu/gpu_profile.py's
 if [ -n "${QUICK:-}" ]; then
   quick=(--limit 1 --max-new-tokens 24)
   exact=(--trees 1 --nodes 9)
@@ -154,14 +155,14 @@ if [ "$part" = 1 ]; then
     step identity 150 adapld bench "${model[@]}" --tasks "$tasks" --offset 20 --limit 20 \
       "${quick[@]}" --methods ar,adapld --json "$OUT/identity.json" --markdown "$OUT/identity.md"
   fi
-  step exact 75 python3 docs/gpu_exact.py "${model[@]}" --trees 2 "${exact[@]}"
+  step exact 75 python3 scripts/gpu/gpu_exact.py "${model[@]}" --trees 2 "${exact[@]}"
 elif [ "$part" = 2 ]; then
   step verify-cost-nocudnn 40 env ADAPLD_CAPTURE_CUDNN=0 adapld bench "${model[@]}" --verify-cost
   step verify-cost-noplanes 40 adapld bench "${model[@]}" --verify-cost --set planes=false
   step chains 120 adapld bench "${model[@]}" "${cases[@]}" --set planes=false \
     --set semantic=false --set branches=false --methods ar,adapld --json "$OUT/chains.json" \
     --markdown "$OUT/chains.md"
-  step profile 60 python3 docs/gpu_profile.py "${model[@]}" --modes graphs "${profile[@]}" \
+  step profile 60 python3 scripts/gpu/gpu_profile.py "${model[@]}" --modes graphs "${profile[@]}" \
     --out "$OUT/profile"
   if need_tasks canitedit; then
     step canitedit 150 adapld bench "${model[@]}" --tasks "$tasks" --offset 20 --limit 10 \
@@ -177,7 +178,7 @@ elif [ "$part" = 3 ]; then
   step verify-cost-unfused 40 env ADAPLD_FUSED=0 adapld bench "${model[@]}" --verify-cost
   step eager 150 adapld bench "${model[@]}" "${cases[@]}" \
     --methods ar-eager,adapld-eager,ar-buckets --json "$OUT/eager.json" --markdown "$OUT/eager.md"
-  step profile 160 python3 docs/gpu_profile.py "${model[@]}" --modes chains,buckets,eager \
+  step profile 160 python3 scripts/gpu/gpu_profile.py "${model[@]}" --modes chains,buckets,eager \
     "${profile[@]}" --out "$OUT/profile"
 elif [ "$part" = 4 ]; then
   step cases 240 adapld bench "${model[@]}" "${cases[@]}" --methods ar,adapld,hf-pld,hf \

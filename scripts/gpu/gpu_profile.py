@@ -2,7 +2,7 @@
 edit task (the GPU issue's item 1; not part of the package). Made for a lent GPU, where time
 is scarce: one call prints everything, and writes it to ``--out`` as well::
 
-    python docs/gpu_profile.py --device cuda --out $OUT [--model M] [--task NAME]
+    python scripts/gpu/gpu_profile.py --device cuda --out $OUT [--model M] [--task NAME]
 
 For each mode of ``--modes`` (default ``graphs,eager``: static passes replayed as CUDA graphs,
 ``AdaPLDSettings.graphs``, the default on CUDA: one uniform shape with key planes there, then
@@ -19,7 +19,7 @@ the device), and what an event is made of: device milliseconds and kernels per e
 (attention, products, copies, reductions, elementwise, other: :data:`KINDS`; the kernels of
 replayed graphs included; a pass whose kernels are many and small is launch-bound even in a
 graph, a few microseconds each). A Chrome trace of each goes to
-``--out`` (open in Perfetto). The same script runs on a CPU (``tests/test_docs_scripts.py``
+``--out`` (open in Perfetto). The same script runs on a CPU (``tests/test_scripts.py``
 runs it on a tiny model), so it is ready before a device is lent.
 """
 
@@ -193,7 +193,7 @@ def case_prompt(model: str | None, device: str, task: str) -> tuple[Any, Any]:
     from adapld_cli.edit.prompt import build_prompt, load_template
     from adapld_cli.model import load
 
-    cases = Path(__file__).resolve().parents[1] / "adapld_cli" / "bench" / "edit_cases.jsonl"
+    cases = Path(__file__).resolve().parents[2] / "adapld_cli" / "bench" / "edit_cases.jsonl"
     case = load_tasks(cases, names=[task])[0]
     loaded = load(model, device=device)
     prompt = build_prompt(

@@ -7,14 +7,14 @@ Contract:
 - :meth:`Run.record` stores the file's original bytes (``None``: the file did not exist,
   e.g. a new ``-o`` target) and the sha256 of the bytes about to be written, under the
   absolute path. It must run **after** the race check and **before** the replacement (it is
-  the ``before_replace`` hook of :func:`~adapld_cli.edit.source.atomic_write`), so a crash
+  the ``before_replace`` hook of :func:`~adapld_cli.edit.files.source.atomic_write`), so a crash
   right after the write still has the original. :meth:`Run.write` /
   :meth:`Run.write_output` do the whole sequence in one call. A failure to journal raises
   :class:`~adapld_cli.edit.errors.JournalError` (exit 2) and nothing is written.
 - :meth:`Journal.list_runs` lists runs newest first, numbered from 1 (the ``N`` of
   ``adapld undo N``). :meth:`Journal.undo` restores one run's files — only those that still
   hold exactly the bytes adapld wrote; the rest are reported and left alone — through
-  :func:`~adapld_cli.edit.source.atomic_write` (owner, mode and hard links kept; a file
+  :func:`~adapld_cli.edit.files.source.atomic_write` (owner, mode and hard links kept; a file
   modified during the undo is not overwritten). It works from any directory (paths are
   absolute). A run that was undone is marked so; ``undo()`` without ``n`` takes the newest
   run not yet undone.
@@ -53,7 +53,7 @@ from adapld_cli.edit.errors import (
     ReadOnlyError,
     UndoError,
 )
-from adapld_cli.edit.source import (
+from adapld_cli.edit.files.source import (
     SourceFile,
     atomic_write,
     check_unchanged,
@@ -394,7 +394,7 @@ class Run:
     def write(self, src: SourceFile, data: bytes, *, force: bool = False) -> None:
         """Write ``data`` over ``src``'s file, journalled: the in-place edit's one call.
 
-        :func:`~adapld_cli.edit.source.write_source` (read-only check unless ``force``, race
+        :func:`~adapld_cli.edit.files.source.write_source` (read-only check unless ``force``, race
         check against ``src.snapshot``, identity kept) with :meth:`record` as its
         ``before_replace`` hook. Raises what they raise (``ReadOnlyError`` /
         ``SpecialFileError`` / ``InputError`` exit 2, ``ChangedOnDiskError`` exit 1,
@@ -418,7 +418,7 @@ class Run:
         An existing target is read first (a FIFO or device raises ``SpecialFileError``, exit
         2), its bytes are journalled and it must not change before the replacement
         (``ChangedOnDiskError``, exit 1); a new target is journalled as created, so undo
-        removes it. ``mode`` as in :func:`~adapld_cli.edit.source.atomic_write`.
+        removes it. ``mode`` as in :func:`~adapld_cli.edit.files.source.atomic_write`.
         """
         existing = read_snapshot(path)
         original, snap = existing if existing is not None else (None, None)

@@ -1,0 +1,18 @@
+"""The scope guard: refuse a result that loses what the instruction did not ask to lose.
+
+Call :func:`check_scope` on every result that would be written or reported, after the
+truncation and syntax checks, and branch on :attr:`ScopeVerdict.lost` only::
+
+    verdict = check_scope(source.text, new_text, language=lang, instruction=instruction)
+    if verdict.lost and not force:
+        message = verdict.refusal  # goes after "inv.py: refused — "
+
+What it refuses and allows, and why: ``docs/scope-guard.md``.
+"""
+
+from __future__ import annotations
+
+from adapld_cli.edit.guard.check import check_scope
+from adapld_cli.edit.guard.verdict import ScopeVerdict
+
+__all__ = ["ScopeVerdict", "check_scope"]

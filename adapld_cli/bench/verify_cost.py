@@ -7,10 +7,12 @@ each ``n`` in ``sizes`` runs one untimed pass over ``n`` random new tokens (warm
 size). The whole model runs (LM head over all ``n`` rows included), as the model is loaded:
 the curve shows whatever kernels adapld's loading chose. ``context`` is shortened when the
 model's positions would not fit ``context + max(sizes)``. :func:`format_curve` renders the
-points as a plain-text table. This is the cost model the drafters adapt to
-(``adapld_cli.engine.cost``; docs/design.md, "Cost model"). With ``graphs`` each pass is the
-engine's static verify pass instead (:mod:`adapld_cli.engine.graphs`: a CUDA graph replay on
-a GPU, captured during the warm-up pass), its LM head over all ``n`` rows computed after it.
+points as a plain-text table; :func:`curve_for` is ``--verify-cost``: the table for a loaded
+model with its passes as ``settings`` say on its device. This is the cost model the drafters
+adapt to (``adapld_cli.engine.cost``; docs/design.md, "Cost model"). With ``graphs`` each
+pass is the engine's static verify pass instead (:mod:`adapld_cli.engine.graphs`: a CUDA
+graph replay on a GPU, captured during the warm-up pass), its LM head over all ``n`` rows
+computed after it.
 """
 
 from __future__ import annotations
@@ -159,3 +161,29 @@ def format_curve(points: list[CostPoint], title: str) -> str:
     lines = [title, f"{'n':>4}  {'ms':>9}  {'x n=1':>7}"]
     lines += [f"{p.n:>4}  {p.ms:>9.1f}  {p.ratio:>7.2f}" for p in points]
     return "\n".join(lines) + "\n"
+
+
+def curve_for(loaded: Any, settings: Any = None) -> str:
+    """The verify-cost table of ``loaded`` (a :class:`~adapld_cli.model.LoadedModel`): static
+    passes or eager ones as ``settings`` (default: the defaults) resolve on the model's
+    device. Raises ValueError for a model with too few positions."""
+    import torch
+
+    from adapld_cli.engine.settings import AdaPLDSettings
+
+    device_type = next(loaded.model.parameters()).device.type
+    resolved = (settings or AdaPLDSettings()).resolve(device_type)
+    graphs, uniform, planes = bool(resolved.graphs), bool(resolved.uniform), bool(resolved.planes)
+    span = int(resolved.span or 0) if graphs else 0
+    passes = ""
+    if graphs:
+        passes = ", uniform static passes" if uniform else ", static passes (graphs=true)"
+        passes += " with key planes" if planes else ""
+        passes += f", key span {span}" if span else ""
+    title = (
+        f"forward cost over a {CONTEXT}-token cache, median of {REPEATS}: {loaded.name} "
+        f"[{loaded.device}, {loaded.dtype}, {loaded.weights_label()}, "
+        f"threads={torch.get_num_threads()}{passes}]"
+    )
+    points = measure(loaded.model, graphs=graphs, uniform=uniform, planes=planes, span=span)
+    return format_curve(points, title)

@@ -211,34 +211,14 @@ def _load(
 
 
 def _verify_cost(loaded: Any, settings: Any = None) -> int:
-    """Print the verify-cost curve: static passes or eager ones as ``settings`` (default: the
-    defaults) say for the loaded model's device."""
-    import torch
+    """Print the verify-cost curve (:func:`adapld_cli.bench.verify_cost.curve_for`)."""
+    from adapld_cli.bench.verify_cost import curve_for
 
-    from adapld_cli.bench.verify_cost import CONTEXT, REPEATS, format_curve, measure
-    from adapld_cli.engine.settings import AdaPLDSettings
-
-    device_type = next(loaded.model.parameters()).device.type
-    settings = settings or AdaPLDSettings()
-    graphs = settings.static_passes(device_type)
-    uniform = settings.uniform_passes(device_type)
-    planes = settings.key_planes(device_type)
-    span = settings.key_span(device_type) if graphs else 0
-    passes = ""
-    if graphs:
-        passes = ", uniform static passes" if uniform else ", static passes (graphs=true)"
-        passes += " with key planes" if planes else ""
-        passes += f", key span {span}" if span else ""
-    title = (
-        f"forward cost over a {CONTEXT}-token cache, median of {REPEATS}: {loaded.name} "
-        f"[{loaded.device}, {loaded.dtype}, {loaded.weights_label()}, "
-        f"threads={torch.get_num_threads()}{passes}]"
-    )
     try:
-        points = measure(loaded.model, graphs=graphs, uniform=uniform, planes=planes, span=span)
+        text = curve_for(loaded, settings)
     except ValueError as exc:  # a model with too few positions
         raise _Usage(f"--verify-cost: {exc}") from None
-    typer.echo(format_curve(points, title), nl=False)
+    typer.echo(text, nl=False)
     return 0
 
 

@@ -28,8 +28,8 @@ _STOP_TOKENS = ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|end|>", "</s>")
 
 class LocalModel:
     """Generates edits with one loaded model. Reuse it across files and attempts: the model
-    loads once, and later prompts reuse the prefill chunks they share with the one before
-    (bit for bit a fresh prefill)."""
+    loads once, later prompts reuse the prefill chunks they share with the one before (bit
+    for bit a fresh prefill), and static passes their workspace."""
 
     def __init__(
         self,
@@ -48,7 +48,10 @@ class LocalModel:
         self.method = self.options.method
         # what fitting a prompt into this model needs (adapld_cli.edit.request.fit)
         self.context = ModelContext(loaded.tokenizer, context_limit(loaded), stop_token_ids(loaded))
-        self.prefix: Any = None  # engine.PrefixCache, made on the first generation
+        # made on the first generation, kept for the next ones (files, attempts): the engine's
+        # PrefixCache and Workspaces (static-pass caches; on a GPU, captured graphs)
+        self.prefix: Any = None
+        self.workspaces: Any = None
 
     def describe(self, prepared: PreparedEdit) -> str:
         """One line on the prompt and budget (verbose output)."""
@@ -62,13 +65,13 @@ class LocalModel:
         self, prepared: PreparedEdit, on_event: Callable[[StepEvent], None] | None = None
     ) -> Generation:
         """Run the engine on the prepared prompt until it stops."""
-        from adapld_cli.engine import PrefixCache, stream
+        from adapld_cli.engine import PrefixCache, Workspaces, stream
 
         tokens: list[int] = []
         stats = Stats(method=self.options.method)
         stop_reason: str | None = None
         if self.prefix is None:
-            self.prefix = PrefixCache()
+            self.prefix, self.workspaces = PrefixCache(), Workspaces()
         events = stream(
             self.loaded.model,
             prepared.prompt.ids,
@@ -77,6 +80,7 @@ class LocalModel:
             tokenizer=self.tokenizer,
             settings=self.options.settings,
             prefix=self.prefix,
+            workspaces=self.workspaces,
         )
         try:
             for event in events:

@@ -94,7 +94,9 @@ class Generator:
         self._jobs: queue.Queue[Job | None] = queue.Queue()
         self._thread = threading.Thread(target=self._work, name="adapld-generate", daemon=True)
         self.current: Job | None = None
-        self.prefix: Any = None  # engine.PrefixCache of the generation thread (made there)
+        # the generation thread's engine.PrefixCache and engine.Workspaces (made there)
+        self.prefix: Any = None
+        self.workspaces: Any = None
 
     # -- requests -----------------------------------------------------------------------
     def job(self, request: ChatRequest, post: Post) -> Job:
@@ -179,10 +181,10 @@ class Generator:
 
     def generate(self, job: Job) -> None:
         """Generate one job, posting pieces and the end (see the module contract)."""
-        from adapld_cli.engine import PrefixCache, stream
+        from adapld_cli.engine import PrefixCache, Workspaces, stream
 
-        if self.prefix is None:  # one generation at a time uses it (this thread)
-            self.prefix = PrefixCache()
+        if self.prefix is None:  # one generation at a time uses them (this thread)
+            self.prefix, self.workspaces = PrefixCache(), Workspaces()
         tok = self.loaded.tokenizer
         cutter = TextCutter(tok, job.request.stop)
         tokens: list[int] = []
@@ -196,6 +198,7 @@ class Generator:
             tokenizer=tok,
             reference=job.reference,
             prefix=self.prefix,
+            workspaces=self.workspaces,
         )
         try:
             for event in events:

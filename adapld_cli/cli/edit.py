@@ -23,6 +23,7 @@ from adapld_cli.cli.edit_options import (
     ForceOpt,
     InstructionFileOpt,
     InstructionOpt,
+    KeepFailingOpt,
     MaxNewTokensOpt,
     MethodOpt,
     NoLiveOpt,
@@ -36,16 +37,21 @@ from adapld_cli.cli.edit_options import (
     StdinFilenameOpt,
     StdoutOpt,
     TemperatureOpt,
+    TestOpt,
+    TestTimeoutOpt,
     TopPOpt,
     VerboseOpt,
 )
 from adapld_cli.cli.helpfmt import PlainHelpCommand
 from adapld_cli.cli.options import DeviceOpt, DtypeOpt, ModelOpt, ThreadsOpt, WeightsOpt
 from adapld_cli.edit.request import DEFAULT_ATTEMPTS
+from adapld_cli.edit.testcmd import DEFAULT_TIMEOUT_S
 from adapld_cli.engine.methods import Method
 
 if TYPE_CHECKING:
     from adapld_cli.edit.prompt import PromptTemplate
+    from adapld_cli.edit.testcmd import TestConfig
+    from adapld_cli.edit.writeback import WriteBack
 
 # Plain text only: under NO_COLOR the app turns Rich markup off and tags would show literally.
 HELP = (
@@ -66,7 +72,8 @@ EPILOG = (
     "  adapld undo                                      (put back what the last run wrote)\n\n"
     "Exit codes: 0 done (edited or unchanged) · 1 refused by a check (truncated output, "
     "output that does not parse, code lost that the instruction does not name, file changed "
-    "on disk during the edit; --check found changes) · 2 bad usage or input (missing file, "
+    "on disk during the edit; --test: no attempt passed the tests, file restored; --check "
+    "found changes) · 2 bad usage or input (missing file, "
     "binary or non-UTF-8 file, FIFO or device, notebook, read-only file without --force, "
     "empty instruction, file too long for the model; also a --stats-json file that cannot "
     "be written; a --server that cannot be reached, times out or answers an error or "
@@ -95,6 +102,9 @@ def edit(
     weights: WeightsOpt = None,
     threads: ThreadsOpt = None,
     server: ServerOpt = None,
+    test: TestOpt = None,
+    test_timeout: TestTimeoutOpt = DEFAULT_TIMEOUT_S,
+    keep_failing: KeepFailingOpt = False,
     method: MethodOpt = Method.adapld,
     max_new_tokens: MaxNewTokensOpt = None,
     attempts: AttemptsOpt = DEFAULT_ATTEMPTS,
@@ -117,16 +127,13 @@ def edit(
 
     view = ConsoleView(stderr_console(), quiet=quiet, verbose=verbose, live=not no_live)
     try:
+        writeback = WriteBack.from_options(
+            paths=paths, to_stdout=to_stdout, output=output, diff=diff, check=check
+        )
         config = EditConfig(
             paths=paths,
             instruction=_instruction_text(instruction, instruction_file),
-            writeback=WriteBack.from_options(
-                paths=paths,
-                to_stdout=to_stdout,
-                output=output,
-                diff=diff,
-                check=check,
-            ),
+            writeback=writeback,
             template=_template(prompt),
             options=EditOptions(
                 method=method.value,
@@ -143,6 +150,7 @@ def edit(
             stdin_filename=stdin_filename,
             stats_json=stats_json,
             server=ServerConfig.from_options(server, model),
+            test=_test(test, test_timeout, keep_failing, writeback),
         )
         with Signals() as signals:
             report = run_edit(config, view, signals=signals)
@@ -170,6 +178,26 @@ def _instruction_text(instruction: str | None, instruction_file: Path | None) ->
     if instruction is None:
         raise UsageError("missing the instruction: -i 'what to change' (or --instruction-file)")
     return check_instruction(instruction)
+
+
+def _test(
+    command: str | None, timeout: float, keep_failing: bool, writeback: WriteBack
+) -> TestConfig | None:
+    """``--test`` and its options; a usage error where no file is written to test."""
+    from adapld_cli.edit.errors import UsageError
+    from adapld_cli.edit.testcmd import TestConfig
+
+    if command is None:
+        if keep_failing:
+            raise UsageError("--keep-failing needs --test CMD")
+        return None
+    if not command.strip():
+        raise UsageError("--test: empty command")
+    if not writeback.mode.writes:
+        raise UsageError(
+            "--test needs the result written (in place or with -o), not --diff, --check or --stdout"
+        )
+    return TestConfig(command, timeout, keep_failing)
 
 
 def _template(prompt: str | None) -> PromptTemplate:

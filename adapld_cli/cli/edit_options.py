@@ -178,6 +178,39 @@ ServerOpt = Annotated[
         panel="Model",
     ),
 ]
+_TEST = "Tests"
+TestOpt = Annotated[
+    str | None,
+    _opt(
+        "--test",
+        metavar="CMD",
+        help="Run CMD (through the shell, here) once before the edit and again after each "
+        "result is written; a result it fails (non-zero exit) is put back and asked for again "
+        "with the command's output, within --attempts. When none passes, the original file "
+        "stays (exit 1). In place or with -o only.",
+        panel=_TEST,
+    ),
+]
+TestTimeoutOpt = Annotated[
+    float,
+    _opt(
+        "--test-timeout",
+        min=0.1,
+        metavar="SECONDS",
+        help="Kill the test command (its whole process group) after this long: a failure.",
+        panel=_TEST,
+        show_default=True,
+    ),
+]
+KeepFailingOpt = Annotated[
+    bool,
+    _opt(
+        "--keep-failing",
+        help="With --test: keep the last result the tests fail instead of the original "
+        "(with a warning).",
+        panel=_TEST,
+    ),
+]
 VerboseOpt = Annotated[
     bool,
     _opt("--verbose", "-v", help="Also print model, prompt and budget details.", panel=_SHOW),

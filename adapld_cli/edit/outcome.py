@@ -41,6 +41,7 @@ class Outcome:
     result: EditResult | None = None
     data: bytes = b""  # for stdout: the edited file (--stdout) or its diff (--diff)
     written: Path | None = None  # the file replaced on disk, if any
+    tests: dict[str, Any] | None = None  # --test: the command's runs (exit codes, seconds)
 
     @property
     def stats(self) -> Stats | None:
@@ -70,6 +71,8 @@ class Outcome:
             row.update(self.result.stats.as_dict())
             row["stop_reason"] = self.result.stop_reason
             row["attempts"] = self.result.attempts
+        if self.tests is not None:
+            row["tests"] = self.tests
         if self.status in (Status.ERROR, Status.REFUSED) and self.detail:
             row["message"] = self.detail
         return row

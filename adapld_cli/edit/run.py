@@ -44,8 +44,9 @@ from adapld_cli.edit.local import LocalModel
 from adapld_cli.edit.outcome import Outcome, RunReport, StatsLog
 from adapld_cli.edit.prompt import PromptTemplate
 from adapld_cli.edit.remote import ChatClient, RemoteModel, ServerConfig, ServerError
-from adapld_cli.edit.repair import Attempts
+from adapld_cli.edit.repair import Attempt, Attempts
 from adapld_cli.edit.request import EditOptions, prepare
+from adapld_cli.edit.testcmd import TestConfig, TestJudge
 from adapld_cli.edit.writeback import WriteBack, apply_result
 from adapld_cli.engine.types import StepEvent, UnsupportedModelError
 from adapld_cli.model.errors import ModelError
@@ -78,6 +79,7 @@ class EditConfig:
     stdin_filename: str | None = None
     stats_json: Path | None = None
     server: ServerConfig | None = None  # generate through this server instead of loading
+    test: TestConfig | None = None  # --test: the user's tests judge each written result
 
 
 class View(Protocol):
@@ -86,6 +88,7 @@ class View(Protocol):
     verbose: bool
 
     def progress(self) -> bool | None: ...  # the model loader's progress bar setting
+    def note(self, message: str) -> None: ...  # a line worth seeing (not with --quiet)
     def info(self, message: str) -> None: ...  # details (verbose only)
     def error(self, message: str) -> None: ...  # ``adapld: error: ...``
     def data(self, data: bytes) -> None: ...  # stdout
@@ -132,6 +135,7 @@ class _Run:
         self.on_event = on_event
         self.report = RunReport()
         self.journal = _journal(config)
+        self.tests = None if config.test is None else TestJudge(config.test, self.journal)
 
     def all(self) -> None:
         cfg = self.config
@@ -147,6 +151,8 @@ class _Run:
         for item in items:
             if isinstance(item, Outcome):
                 self.finish(item)
+        if todo and self.tests is not None:
+            self.baseline(self.tests)
         backend = self.backend() if todo else None
         if backend is None:
             return
@@ -195,13 +201,27 @@ class _Run:
         )
         return remote
 
+    def baseline(self, tests: TestJudge) -> None:
+        """``--test``: run the tests once before any edit, and say so when they fail."""
+        run = tests.run_baseline()
+        if not run.passed:
+            self.view.note(
+                f"adapld: the tests fail before the edit ({run.summary()}); a result is kept "
+                "only if they pass with it"
+            )
+
     def one(self, backend: Backend, item: EditInput) -> bool:
         """Edit, apply and report one file; True when the run must stop (interrupted)."""
         try:
-            result = self.generate(backend, item)
-            with self.signals.deferred():
-                outcome = self.apply(result, item)
-                self.finish(outcome)
+            if self.tests is None:
+                result = self.generate(backend, item)
+                with self.signals.deferred():
+                    outcome = self.apply(result, item)
+                    self.finish(outcome)
+            else:
+                outcome = self.generate_tested(backend, item, self.tests)
+                with self.signals.deferred():
+                    self.finish(outcome)
         except KeyboardInterrupt as exc:
             outcome = Outcome.interrupted(item.name, exc)
             self.finish(outcome)
@@ -230,20 +250,58 @@ class _Run:
     def generate(self, backend: Backend, item: EditInput) -> EditResult:
         """Prepare, then generate and judge each attempt (:class:`Attempts`: the first and
         its repairs, up to ``--attempts``), each under its own live panel."""
+        attempts = self.attempts(backend, item)
+        for attempt in attempts:
+            attempts.record(self.attempt(backend, item, attempt))
+        return self.result(item, attempts)
+
+    def generate_tested(self, backend: Backend, item: EditInput, tests: TestJudge) -> Outcome:
+        """``--test``: as :meth:`generate`, but each changed result is applied and tested at
+        once; one the tests fail is put back and repaired with their output
+        (:class:`~adapld_cli.edit.testcmd.TestJudge`). The file's outcome."""
+        attempts = self.attempts(backend, item)
+        for attempt in attempts:
+            result = self.attempt(backend, item, attempt)
+            if result.status is Status.CHANGED:
+                with self.signals.deferred():
+                    outcome = self.apply(result, item)
+                if outcome.written is None:  # not written (refused, error): nothing to test
+                    return tests.report(outcome)
+                if self.signals.pending is not None:  # arrived during the write: take it back
+                    tests.take_back(outcome)
+                    self.signals.check()
+                run = tests.after(outcome)
+                if run.passed:
+                    attempts.record(result)  # counts the earlier attempts in it
+                    return tests.report(tests.passed(outcome, run))
+                tests.refuse(result, outcome, run)
+                attempt.prepared.source = result.source  # the next attempt repairs from it
+            attempts.record(result)
+        result = tests.finished(self.result(item, attempts))
+        return tests.report(self.apply(result, item))
+
+    def attempts(self, backend: Backend, item: EditInput) -> Attempts:
+        """The file's prompt, prepared, as the attempt loop's start."""
         prepared = prepare(backend, item.source, self.config.instruction, item.lang)
         self.view.info(backend.describe(prepared))
-        attempts = Attempts(backend, prepared)
-        for attempt in attempts:
-            title = item.name
-            if attempt.previous is not None:
-                title = f"{item.name} (attempt {attempt.number})"
-                self.view.info(
-                    f"{item.name}: attempt {attempt.previous.attempts} "
-                    f"{attempt.previous.status}: {attempt.previous.feedback} Asking again."
-                )
-            with self.view.generating(title, backend.tokenizer, backend.method) as panel:
-                generation = backend.generate(attempt.prepared, _chain(panel, self.on_event))
-            attempts.record(judge(attempt.prepared, generation, force=self.config.options.force))
+        return Attempts(backend, prepared)
+
+    def attempt(self, backend: Backend, item: EditInput, attempt: Attempt) -> EditResult:
+        """Generate one attempt under its live panel, and judge it."""
+        title = item.name
+        if attempt.previous is not None:
+            title = f"{item.name} (attempt {attempt.number})"
+            feedback = (attempt.previous.feedback or "").split("\n")[0]
+            self.view.info(
+                f"{item.name}: attempt {attempt.previous.attempts} "
+                f"{attempt.previous.status}: {feedback} Asking again."
+            )
+        with self.view.generating(title, backend.tokenizer, backend.method) as panel:
+            generation = backend.generate(attempt.prepared, _chain(panel, self.on_event))
+        return judge(attempt.prepared, generation, force=self.config.options.force)
+
+    def result(self, item: EditInput, attempts: Attempts) -> EditResult:
+        """The attempts' result, the one that may be written."""
         result = attempts.result
         assert result is not None
         if result.stats.graph_fallback:  # CUDA only: a capture failed, later passes ran eagerly

@@ -54,6 +54,7 @@ from adapld_cli.edit.errors import (
     UndoError,
 )
 from adapld_cli.edit.files.source import (
+    Snapshot,
     SourceFile,
     atomic_write,
     check_unchanged,
@@ -390,6 +391,34 @@ class Run:
         absolute = _absolute(path)
         if self._find(absolute) is not None:
             self._rollback(None, absolute)
+
+    def restore(self, path: str | os.PathLike[str]) -> Snapshot | None:
+        """Put back what ``path`` held before this run wrote it (its tests failed), and drop
+        it from the run: the file is as if never written. Only while it still holds exactly
+        what this run wrote: else :class:`ChangedOnDiskError` (exit 1) and it is left alone.
+        Raises :class:`JournalError` when the journal's copy is missing or damaged. Returns
+        the restored file's snapshot (a new one: the bytes are the original's, not its
+        inode and mtime), ``None`` for a file this run had created (removed)."""
+        absolute = _absolute(path)
+        entry = self._find(absolute)
+        if entry is None:
+            raise JournalError(f"{path}: nothing this run wrote there to put back")
+        current = read_snapshot(absolute)
+        digest = current[1].sha256 if current is not None else None
+        if digest != entry.written_sha256:
+            raise ChangedOnDiskError(f"{path}: changed since adapld wrote it; left as it is")
+        assert current is not None
+        if entry.original_sha256 is None:  # a new -o target: remove it
+            check_unchanged(absolute, current[1], str(path))
+            os.unlink(absolute)
+        else:
+            original = self.journal._blob(self.id, entry.original_sha256)
+            if original is None:
+                raise JournalError(f"{path}: the journal's copy of the original is damaged")
+            atomic_write(absolute, original, expect=current[1], name=str(path))
+        self.forget(absolute)
+        restored = read_snapshot(absolute)
+        return restored[1] if restored is not None else None
 
     def write(self, src: SourceFile, data: bytes, *, force: bool = False) -> None:
         """Write ``data`` over ``src``'s file, journalled: the in-place edit's one call.

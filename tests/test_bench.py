@@ -153,6 +153,33 @@ def test_attempts_repair_and_count_per_method(tiny_models, tmp_path, script, att
     assert "quality" in r.stderr
 
 
+def test_test_feedback_reports_pass_at_k(tiny_models, tmp_path):
+    """``--test-feedback``: the task's tests judge each changed result; one they fail is asked
+    for again (with their output) and the report gives pass@k with feedback, k = 1 plain."""
+    passing = _write_tasks(tmp_path / "tasks.jsonl")
+    failing = tmp_path / "failing.jsonl"
+    failing.write_text(passing.read_text().replace("== 3", "== 4"))
+    for path, expected in ((passing, {"1": 1.0}), (failing, {"1": 0.0, "2": 0.0})):
+        r = CliRunner().invoke(
+            app,
+            [
+                "bench", "--model", str(tiny_models["rename"]), "--tasks", str(path),
+                "--methods", "ar,adapld", "--json", "-", "--run-tests", "--test-feedback",
+                "--attempts", "2", "--max-new-tokens", "64", "--threads", "1",
+            ],
+        )  # fmt: skip
+        assert r.exit_code == 0, r.stderr
+        doc = json.loads(r.stdout)
+        for name, s in doc["methods"].items():
+            assert s["pass_at_k_feedback"] == expected, name
+            assert s["identical_to_ar"] == 2, name
+        for row in doc["tasks"]:
+            assert row["passed_at"] == (1 if expected["1"] else None)
+            assert row["attempts"] == len(expected)
+    r = CliRunner().invoke(app, ["bench", "--test-feedback", "--tasks", str(passing)])
+    assert r.exit_code == 2 and "--test-feedback needs --run-tests" in r.stderr
+
+
 def _random_model(tokenizer):
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM

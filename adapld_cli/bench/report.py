@@ -100,6 +100,24 @@ def _summary(rs: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+def _with_feedback(rs: list[dict[str, Any]]) -> dict[str, Any]:
+    """pass@k with test feedback (``--test-feedback``): the share of tested tasks whose
+    tests passed within k attempts, the k-1 repairs having seen the failing output; k = 1 is
+    plain pass@1. Empty without such rows."""
+    fed = [r for r in rs if "passed_at" in r]
+    if not fed:
+        return {}
+    top = max((r.get("attempts") or 1) for r in fed)
+    return {
+        "pass_at_k_feedback": {
+            str(k): round(
+                sum(1 for r in fed if r["passed_at"] and r["passed_at"] <= k) / len(fed), 4
+            )
+            for k in range(1, top + 1)
+        }
+    }
+
+
 def _quality(rs: list[dict[str, Any]]) -> dict[str, Any]:
     """What the edits came to, first attempt and last (rows of reports made before
     ``--attempts`` count as one attempt each)."""
@@ -118,6 +136,7 @@ def _quality(rs: list[dict[str, Any]]) -> dict[str, Any]:
         "unchanged": count("status", "unchanged"),
         "first_refused": count("first_status", "refused"),
         "first_unchanged": count("first_status", "unchanged"),
+        **_with_feedback(rs),
     }
 
 
@@ -231,6 +250,7 @@ QUALITY_COLUMNS = (
     ("unchanged first/last", ("first_unchanged", "unchanged"), None),
     ("repaired", "repaired", "{:d}"),
     ("attempts", "attempts", "{:d}"),
+    ("pass@k, test feedback", "pass_at_k_feedback", None),
 )
 
 
@@ -252,6 +272,9 @@ def _cell(header: str, key: Any, fmt: str | None, name: str, s: dict[str, Any]) 
         return f"{s['semantic_steps']}/{s['semantic_accepted']}"
     if header == "branch steps/acc":
         return f"{s['branch_steps']}/{s['branch_accepted']}"
+    if key == "pass_at_k_feedback":
+        fed = s.get(key) or {}
+        return " · ".join(f"@{k} {v:.0%}" for k, v in fed.items()) or "-"
     if header == "= ar":
         if s["identical_to_ar"] is None:
             return "-"

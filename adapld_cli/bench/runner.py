@@ -44,6 +44,9 @@ class BenchOptions:
     settings: AdaPLDSettings | None = None
     save_outputs: str | None = None  # folder: write each extracted file as <task>.<method>.py
     attempts: int = 1  # generations per task and method, as `adapld edit --attempts`
+    # the task's tests judge each changed result, a failing one is repaired with their output
+    # (as `adapld edit --test`); rows get ``passed_at``, reported as pass@k with feedback
+    test_feedback: bool = False
 
 
 @dataclass
@@ -117,8 +120,10 @@ class BenchRunner:
         task_rows: list[dict[str, Any]] = []
         ar_row: dict[str, Any] | None = None
         for method in opts.methods:
-            run, first, result = self._attempts(local, method, prep)
+            run, first, result, passed_at = self._attempts(local, method, prep, task)
             row = _row(task, method, run, result, first)
+            if passed_at is not None or (opts.test_feedback and task.tests):
+                row["passed_at"] = passed_at
             if opts.run_tests and task.tests:
                 row["passed"] = testrun.passes(result.new_text, task.tests, opts.test_timeout)
                 row["passed_first"] = (
@@ -141,21 +146,38 @@ class BenchRunner:
         for row in task_rows:
             row.pop("_tokens", None)
 
-    def _attempts(self, local: Any, method: str, prep: Any) -> tuple[MethodRun, Any, Any]:
+    def _attempts(
+        self, local: Any, method: str, prep: Any, task: Task
+    ) -> tuple[MethodRun, Any, Any, int | None]:
         """``method`` on one task with repairs as ``adapld edit`` makes them
-        (:class:`~adapld_cli.edit.Attempts`, up to ``options.attempts``): the attempts' run
-        as one (:func:`_joined`), the first attempt's result and the last."""
-        from adapld_cli.edit import Attempts, judge
+        (:class:`~adapld_cli.edit.Attempts`, up to ``options.attempts``; with
+        ``test_feedback`` the task's tests judge each changed result, as ``adapld edit
+        --test``): the attempts' run as one (:func:`_joined`), the first attempt's result,
+        the last, and the attempt whose result passed the tests (``None``: none, or not
+        tested)."""
+        from adapld_cli.edit import Attempts, Status, judge
+        from adapld_cli.edit.testcmd import failure_feedback
 
+        opts = self.options
         runs: list[MethodRun] = []
+        passed_at: int | None = None
         attempts = Attempts(local, prep)
         for attempt in attempts:
             run = self._measure(method, attempt.prepared.prompt.ids, attempt.prepared.config)
             runs.append(run)
             generation = local.generation(run.tokens, run.stats, run.stop_reason)
-            attempts.record(judge(attempt.prepared, generation, force=local.options.force))
+            result = judge(attempt.prepared, generation, force=local.options.force)
+            if opts.test_feedback and task.tests and result.status is Status.CHANGED:
+                tested = testrun.run(result.new_text, task.tests, opts.test_timeout)
+                if tested.passed:
+                    passed_at = attempt.number
+                    attempts.record(result)
+                    break
+                result.status, result.message = Status.REFUSED, "tests failed"
+                result.feedback = failure_feedback(tested)
+            attempts.record(result)
         result = attempts.result
-        return _joined(runs, result.stats), attempts.first, result
+        return _joined(runs, result.stats), attempts.first, result, passed_at
 
     def _measure(self, method: str, prompt_ids: list[int], config: Any) -> MethodRun:
         model, tok = self.model_for(method), self.loaded.tokenizer

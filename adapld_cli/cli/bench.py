@@ -61,6 +61,9 @@ _HELPS = {
     "--run-tests": "Run each task's test script against every output (subprocess, timeout): "
     "pass@1 per method.",
     "--test-timeout": "Seconds per test script (default: 30).",
+    "--test-feedback": "With --run-tests and --attempts N: the task's tests judge each changed "
+    "result and a failing one is asked for again with their output, as `adapld edit --test`; "
+    "reports pass@k with test feedback for k = 1..N (k = 1: plain pass@1).",
     "--methods": "Comma-separated methods, run in this order per task.",
     "--max-new-tokens": "Token limit per task. Default: as `adapld edit` (2 x file + 256).",
     "--prompt": "Prompt template, as `adapld edit --prompt`.",
@@ -115,6 +118,7 @@ def bench(
     instruction: Annotated[str, _opt("--instruction", _D, "KIND")] = "descriptive",
     run_tests: Annotated[bool, _opt("--run-tests", _D)] = False,
     test_timeout: Annotated[float, _opt("--test-timeout", _D, "SECONDS", min=1.0)] = 30.0,
+    test_feedback: Annotated[bool, _opt("--test-feedback", _D)] = False,
     methods: Annotated[str, _opt("--methods", _G, "LIST", show_default=True)] = _DEFAULTS,
     max_new_tokens: Annotated[int | None, _opt("--max-new-tokens", _G, "N", min=1)] = None,
     prompt: Annotated[str | None, _opt("--prompt", _G, "NAME|FILE")] = None,
@@ -145,6 +149,8 @@ def bench(
     try:
         if json_out == "-" and markdown_out == "-":
             raise _Usage("only one of --json and --markdown can go to stdout ('-')")
+        if test_feedback and not run_tests:
+            raise _Usage("--test-feedback needs --run-tests")
         if from_json:
             code = _merged(console, from_json, out)
         elif verify_cost:
@@ -161,6 +167,7 @@ def bench(
                 settings=_settings(adapld_set or []),
                 save_outputs=str(save_outputs) if save_outputs else None,
                 attempts=attempts,
+                test_feedback=test_feedback,
             )
             task_list = load_tasks(
                 tasks, instruction=instruction, limit=limit, offset=offset, names=task_names

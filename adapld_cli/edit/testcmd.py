@@ -92,7 +92,7 @@ def run_tests(command: str, timeout: float = DEFAULT_TIMEOUT_S) -> TestRun:
         seconds = time.perf_counter() - started
         out.seek(0)
         text = out.read().decode("utf-8", errors="replace")
-    return TestRun(command, code, seconds, _bounded(text), timeout)
+    return TestRun(command, code, seconds, bounded_output(text), timeout)
 
 
 def failure_feedback(run: TestRun) -> str:
@@ -104,7 +104,7 @@ def failure_feedback(run: TestRun) -> str:
     return f"{what}. Their output:\n\n{run.output.strip() or '(none)'}\n\nMake them pass."
 
 
-def _bounded(text: str) -> str:
+def bounded_output(text: str) -> str:
     """pytest's failure sections (and its summary) when present, else the last lines; at most
     :data:`TAIL_LINES` lines and :data:`TAIL_BYTES` bytes either way."""
     start = _PYTEST_FAILURES.search(text)

@@ -114,6 +114,15 @@ def test_ctrl_c_during_the_tests_puts_the_file_back(tiny_models, source_file, tm
     assert "calc.py: interrupted" in err
 
 
+def test_a_result_refused_by_a_check_is_never_written_nor_tested(edit, source_file, tmp_path):
+    original = source_file.read_bytes()
+    runs = tmp_path / "runs"
+    r = edit("--test", f"echo run >> {runs}", model="broken")
+    assert r.exit_code == 1 and source_file.read_bytes() == original
+    assert "does not parse" in r.stderr
+    assert runs.read_text().count("run") == 1  # the baseline only
+
+
 @pytest.mark.parametrize("mode", ["--diff", "--check", "--stdout"])
 def test_test_needs_a_written_result(edit, source_file, mode):
     original = source_file.read_bytes()

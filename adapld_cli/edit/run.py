@@ -278,7 +278,8 @@ class _Run:
                 attempt.prepared.source = result.source  # the next attempt repairs from it
             attempts.record(result)
         result = tests.finished(self.result(item, attempts))
-        return tests.report(self.apply(result, item))
+        with self.signals.deferred():  # as every write: a signal before it cancels it
+            return tests.report(self.apply(result, item))
 
     def attempts(self, backend: Backend, item: EditInput) -> Attempts:
         """The file's prompt, prepared, as the attempt loop's start."""

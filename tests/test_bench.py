@@ -172,10 +172,11 @@ def test_test_feedback_reports_pass_at_k(tiny_models, tmp_path):
         doc = json.loads(r.stdout)
         for name, s in doc["methods"].items():
             assert s["pass_at_k_feedback"] == expected, name
-            assert s["identical_to_ar"] == 2, name
+            assert s["identical_to_ar"] == 2, name  # repairs reuse the first prefill
+            assert (s["repair_time_ratio"] is None) == (len(expected) == 1), name
         for row in doc["tasks"]:
             assert row["passed_at"] == (1 if expected["1"] else None)
-            assert row["attempts"] == len(expected)
+            assert row["attempts"] == len(row["attempt_s"]) == len(expected)
     r = CliRunner().invoke(app, ["bench", "--test-feedback", "--tasks", str(passing)])
     assert r.exit_code == 2 and "--test-feedback needs --run-tests" in r.stderr
 

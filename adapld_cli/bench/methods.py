@@ -138,10 +138,12 @@ def run_method(
     config: GenerationConfig,
     settings: AdaPLDSettings | None = None,
     workspaces: Any = None,
+    prefix: Any = None,
 ) -> MethodRun:
     """Generate greedily from ``prompt_ids`` with method ``name``. For the transformers
     baselines pass the stock model (:class:`~adapld_cli.bench.stock.StockModel`).
-    ``workspaces``: the engine's :class:`~adapld_cli.engine.Workspaces` kept between runs."""
+    ``workspaces``: the engine's :class:`~adapld_cli.engine.Workspaces` kept between runs;
+    ``prefix``: a :class:`~adapld_cli.engine.PrefixCache` (adapld's engine methods only)."""
     if name in BASELINES:
         return run_generate(
             model, tokenizer, prompt_ids, config, name, prompt_lookup=BASELINES[name]
@@ -161,6 +163,7 @@ def run_method(
         tokenizer=tokenizer,
         settings=settings_for(name, settings),
         workspaces=workspaces,
+        prefix=prefix,
     )
     wall = time.perf_counter() - t0
     result.stats.method = name

@@ -18,7 +18,8 @@ decode pass), ``draft_acceptance``, ``lexical_nohit_rate``, ``semantic_steps``,
 ``semantic_accepted``, ``branch_steps``, ``branch_accepted``, ``peak_rss_mb``,
 ``identical_to_ar`` (tasks; ``None`` without ``ar``), ``compared_to_ar``, ``pass_at_1``
 (``None`` without tests; of the last attempt), ``pass_at_1_first`` (of the first attempt),
-``attempts`` (generations), ``repaired`` (tasks asked again), ``refused``, ``unchanged`` (last
+``attempts`` (generations), ``repaired`` (tasks asked again), ``repair_time_ratio`` (median repair
+attempt s / first attempt s), ``refused``, ``unchanged`` (last
 attempts), ``first_refused``, ``first_unchanged``, ``accept_hist``, ``stop_reasons``.
 """
 
@@ -136,8 +137,20 @@ def _quality(rs: list[dict[str, Any]]) -> dict[str, Any]:
         "unchanged": count("status", "unchanged"),
         "first_refused": count("first_status", "refused"),
         "first_unchanged": count("first_status", "unchanged"),
+        "repair_time_ratio": _repair_time_ratio(rs),
         **_with_feedback(rs),
     }
+
+
+def _repair_time_ratio(rs: list[dict[str, Any]]) -> float | None:
+    """The median over tasks asked again of a repair attempt's wall time (the mean of
+    attempts 2..n) over the first attempt's; ``None`` without repairs."""
+    ratios = [
+        statistics.fmean(t[1:]) / t[0]
+        for r in rs
+        if len(t := r.get("attempt_s") or []) > 1 and t[0] > 0
+    ]
+    return round(statistics.median(ratios), 4) if ratios else None
 
 
 def geomean(values: list[float]) -> float:
@@ -250,6 +263,7 @@ QUALITY_COLUMNS = (
     ("unchanged first/last", ("first_unchanged", "unchanged"), None),
     ("repaired", "repaired", "{:d}"),
     ("attempts", "attempts", "{:d}"),
+    ("repair s / first s", "repair_time_ratio", "{:.2f}"),
     ("pass@k, test feedback", "pass_at_k_feedback", None),
 )
 

@@ -157,13 +157,19 @@ class BenchRunner:
         tested)."""
         from adapld_cli.edit import Attempts, Status, judge
         from adapld_cli.edit.testcmd import failure_feedback
+        from adapld_cli.engine import PrefixCache
 
         opts = self.options
         runs: list[MethodRun] = []
         passed_at: int | None = None
+        # a repair's prompt opens with the first attempt's: as in `adapld edit`, its prefill
+        # is taken over (a fresh cache per task and method, so no first attempt gains by it)
+        prefix = None if method in BASELINES else PrefixCache()
         attempts = Attempts(local, prep)
         for attempt in attempts:
-            run = self._measure(method, attempt.prepared.prompt.ids, attempt.prepared.config)
+            run = self._measure(
+                method, attempt.prepared.prompt.ids, attempt.prepared.config, prefix
+            )
             runs.append(run)
             generation = local.generation(run.tokens, run.stats, run.stop_reason)
             result = judge(attempt.prepared, generation, force=local.options.force)
@@ -179,11 +185,13 @@ class BenchRunner:
         result = attempts.result
         return _joined(runs, result.stats), attempts.first, result, passed_at
 
-    def _measure(self, method: str, prompt_ids: list[int], config: Any) -> MethodRun:
+    def _measure(
+        self, method: str, prompt_ids: list[int], config: Any, prefix: Any = None
+    ) -> MethodRun:
         model, tok = self.model_for(method), self.loaded.tokenizer
         memory.reset_peak()
         run = run_method(
-            method, model, tok, prompt_ids, config, self.options.settings, self.workspaces
+            method, model, tok, prompt_ids, config, self.options.settings, self.workspaces, prefix
         )
         run.extra["peak_rss_mb"] = memory.peak_rss_mb()
         return run
@@ -213,15 +221,17 @@ class BenchRunner:
 def _joined(runs: list[MethodRun], stats: Any) -> MethodRun:
     """Several attempts as one run: their tokens one after another (a ``-1`` between two
     attempts, so a method compares equal to ``ar`` only attempt by attempt), ``stats`` (the
-    attempts' statistics added up), the last stop reason, the wall times added, the highest
-    peak memory."""
+    attempts' statistics added up), the last stop reason, the wall times added (each one's
+    in ``extra["attempt_s"]``), the highest peak memory."""
     if len(runs) == 1:
+        runs[0].extra["attempt_s"] = [runs[0].wall_s]
         return runs[0]
     tokens: list[int] = []
     for i, run in enumerate(runs):
         tokens += ([-1] if i else []) + run.tokens
     peaks = [r.extra["peak_rss_mb"] for r in runs if r.extra.get("peak_rss_mb") is not None]
-    extra = {"peak_rss_mb": max(peaks)} if peaks else {}
+    extra: dict[str, Any] = {"peak_rss_mb": max(peaks)} if peaks else {}
+    extra["attempt_s"] = [r.wall_s for r in runs]
     return MethodRun(tokens, stats, runs[-1].stop_reason, sum(r.wall_s for r in runs), extra=extra)
 
 
@@ -254,6 +264,7 @@ def _row(task: Task, method: str, run: MethodRun, result: Any, first: Any) -> di
         "first_diff": None,
         "peak_rss_mb": _round(run.extra.get("peak_rss_mb"), 1),
         "attempts": result.attempts,
+        "attempt_s": [round(s, 4) for s in run.extra.get("attempt_s", [wall])],
         "first_status": first.status.value,
         "passed": None,
         "passed_first": None,

@@ -54,6 +54,22 @@ def test_syntax_break_is_refused_unless_forced(loaded, src, texts):
     assert forced.syntax_error is not None and forced.syntax_error.line == 1
 
 
+def test_a_rename_not_made_is_refused_and_asked_again_unless_forced(loaded, src, texts):
+    # the scripted model renames foo to bar whatever it is asked
+    result = edit_file(LocalModel(loaded("rename")), src(), "rename foo to baz")
+    assert result.status == "refused" and result.exit_code == 1 and result.attempts == 2
+    assert result.message == (
+        "the result does not make the rename: `baz` appears nowhere; nothing written "
+        "(--force writes it anyway)"
+    )
+    assert result.feedback.startswith("The file you returned does not make the rename")
+    forced = edit_file(
+        LocalModel(loaded("rename"), EditOptions(force=True)), src(), "rename foo to baz"
+    )
+    assert forced.status == "changed" and forced.new_text == texts.renamed
+    assert forced.lost == "does not make the rename: `baz` appears nowhere"
+
+
 def test_broken_input_is_not_held_to_the_check(loaded, src, texts):
     bad_input = texts.source.replace("def main():", "def main(:")
     result = edit_file(LocalModel(loaded("broken")), src(bad_input), "rename")

@@ -8,7 +8,9 @@ named by ``$ADAPLD_GUARD_TASKS`` (docs/usage.md's figures on CanItEdit's 105 tas
 
 1. **Reference edits are accepted**: ``before`` -> ``after`` with either instruction (descriptive
    or lazy): at most :data:`MAX_REFUSED_REFERENCES` task refused (a task counts once, refused
-   by either instruction).
+   by either instruction) by :func:`check_scope` or :func:`check_unasked` (on CanItEdit in
+   December 2026: one, 66_product_analysis, whose reference adds a row to the CSV table
+   ``data`` that neither instruction mentions).
 2. **Destructive outputs are refused**: variants built from each ``after`` (as the model's
    answer to the task) with Python's :mod:`ast`, independently of the guard's tree-sitter walk:
 
@@ -44,7 +46,7 @@ from functools import lru_cache
 import pytest
 
 from adapld_cli.bench.tasks import Task, builtin_tasks_path, load_tasks
-from adapld_cli.edit.guard import ScopeVerdict, check_scope
+from adapld_cli.edit.guard import ScopeVerdict, check_scope, check_unasked
 from tests.test_edit_cases import CASES_PATH
 
 ENV_TASKS = "ADAPLD_GUARD_TASKS"
@@ -97,8 +99,14 @@ def refused_references(tasks: dict[str, list[Task]]) -> dict[str, list[str]]:
     """Per instruction kind, ``"task: message"`` for each reference edit the guard refuses."""
     out: dict[str, list[str]] = {}
     for kind, items in tasks.items():
-        verdicts = [(t, judge(t, t.after or "")) for t in items]
-        out[kind] = [f"{t.name}: {v.message}" for t, v in verdicts if v.lost]
+        out[kind] = []
+        for t in items:
+            verdict = judge(t, t.after or "")
+            unasked = check_unasked(
+                t.before, t.after or "", language="python", instruction=t.instruction
+            )
+            if verdict.lost or unasked:
+                out[kind].append(f"{t.name}: {verdict.message or unasked}")
     return out
 
 

@@ -8,7 +8,9 @@ Contract: :func:`judge` turns a :class:`~adapld_cli.edit.request.Generation` int
 2. the output is the input (unchanged; the model is told so if asked again);
 3. the input parsed (tree-sitter, or JSON/TOML/YAML by file name) and the output does not;
 4. the output loses definitions, statements or most lines that the instruction does not ask
-   to lose (:func:`adapld_cli.edit.guard.check_scope`);
+   to lose (:func:`adapld_cli.edit.guard.check_scope`), or changes what it did not ask to
+   change: a rename left undone, a data table rewritten
+   (:func:`adapld_cli.edit.guard.check_unasked`);
 5. the output uses names it never defines or imports (:mod:`.lint`): noted, never refused.
 
 With ``force`` checks 3 and 4 are kept and noted (``syntax_error``, ``lost``) instead of
@@ -27,7 +29,7 @@ from enum import Enum
 from adapld_cli.edit.errors import EXIT_OK, EXIT_REFUSED
 from adapld_cli.edit.files.source import SourceFile, encode_like
 from adapld_cli.edit.formats import check_format, format_for
-from adapld_cli.edit.guard import check_scope
+from adapld_cli.edit.guard import REFUSAL_TAIL, check_scope, check_unasked
 from adapld_cli.edit.prompt import extract_file
 from adapld_cli.edit.request import Generation, PreparedEdit
 from adapld_cli.edit.syntax import (
@@ -74,7 +76,7 @@ class EditResult:
     stop_reason: str | None
     message: str | None = None  # why it was refused
     syntax_error: SyntaxIssue | None = None  # kept despite it (force)
-    lost: str | None = None  # what the result loses, kept despite it (force)
+    lost: str | None = None  # what the result loses or changes unasked, kept despite it (force)
     changes: DefinitionChanges | None = None
     tokens: list[int] = field(default_factory=list)
     feedback: str | None = None  # what to tell the model when asking again (None: do not)
@@ -154,19 +156,20 @@ def _check_parse(result: EditResult, force: bool) -> None:
 
 
 def _check_scope(result: EditResult, instruction: str, force: bool) -> None:
-    """Refuse (or note, with ``force``) a result that loses what was not asked."""
-    verdict = check_scope(
-        result.source.text,
-        result.new_text,
-        language=result.lang or format_for(result.source.name),
-        instruction=instruction,
-    )
-    if not verdict.lost:
-        return
-    result.lost = verdict.message
-    if not force:
-        _refuse(result, verdict.refusal or "")
-        result.feedback = f"The file you returned {verdict.message}."
+    """Refuse (or note, with ``force``) a result that loses what was not asked, or changes
+    what was not asked."""
+    before, after = result.source.text, result.new_text
+    language = result.lang or format_for(result.source.name)
+    verdict = check_scope(before, after, language=language, instruction=instruction)
+    if verdict.lost:
+        result.lost = verdict.message
+        refusal = verdict.refusal or ""
+    else:
+        result.lost = check_unasked(before, after, language=language, instruction=instruction)
+        refusal = f"the result {result.lost}{REFUSAL_TAIL}"
+    if result.lost and not force:
+        _refuse(result, refusal)
+        result.feedback = f"The file you returned {result.lost}."
 
 
 def _check_names(result: EditResult) -> None:

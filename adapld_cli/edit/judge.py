@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import Any
 
 from adapld_cli.edit.errors import EXIT_OK, EXIT_REFUSED
 from adapld_cli.edit.files.source import SourceFile, encode_like
@@ -82,6 +83,7 @@ class EditResult:
     feedback: str | None = None  # what to tell the model when asking again (None: do not)
     attempts: int = 1  # generations this result took (the first + repairs)
     undefined: str | None = None  # names it uses and never defines (edit.lint), if any
+    plan: Any = None  # edit.parts.Plan the result was spliced by (None: the whole file)
 
     def __post_init__(self) -> None:
         self.status = Status(self.status)  # "changed" given as a plain string counts too
@@ -110,6 +112,7 @@ def judge(prepared: PreparedEdit, generation: Generation, *, force: bool = False
         stats=generation.stats,
         stop_reason=generation.stop_reason,
         tokens=generation.tokens,
+        plan=generation.plan,
     )
     if not closed and generation.stop_reason not in ("eos", "stop_string"):
         limit = prepared.config.max_new_tokens

@@ -71,6 +71,8 @@ class Outcome:
             row.update(self.result.stats.as_dict())
             row["stop_reason"] = self.result.stop_reason
             row["attempts"] = self.result.attempts
+            if self.result.plan is not None:
+                row["plan"] = self.result.plan.as_dict()
         if self.tests is not None:
             row["tests"] = self.tests
         if self.status in (Status.ERROR, Status.REFUSED) and self.detail:

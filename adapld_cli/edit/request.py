@@ -48,6 +48,7 @@ class EditOptions:
     force: bool = False  # keep what a check refused; write read-only files
     settings: Any = None  # AdaPLDSettings for method "adapld"; None = engine defaults
     attempts: int = DEFAULT_ATTEMPTS  # generations per file: the first + repairs
+    parts: bool = True  # a big file's first attempt rewrites only what it touches (edit.parts)
 
 
 @dataclass
@@ -63,6 +64,7 @@ class PreparedEdit:
     context_limit: int | None
     conversation: Conversation | None = None  # the messages the prompt renders
     base: Conversation | None = None  # a repair's first-attempt conversation (else None)
+    plan: Any = None  # edit.parts.Plan: rewrite these parts only (None: the whole file)
 
     @property
     def first(self) -> Conversation | None:
@@ -79,6 +81,7 @@ class Generation:
     stats: Stats
     stop_reason: str | None
     tokens: list[int] = field(default_factory=list)
+    plan: Any = None  # the edit.parts.Plan the answer was spliced by (None: whole file)
 
 
 @dataclass(frozen=True)

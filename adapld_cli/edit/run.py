@@ -42,6 +42,7 @@ from adapld_cli.edit.interrupt import Interrupted, Signals, describe, exit_code_
 from adapld_cli.edit.judge import EditResult, Status, judge
 from adapld_cli.edit.local import LocalModel
 from adapld_cli.edit.outcome import Outcome, RunReport, StatsLog
+from adapld_cli.edit.parts import generate, planned
 from adapld_cli.edit.prompt import PromptTemplate
 from adapld_cli.edit.remote import ChatClient, RemoteModel, ServerConfig, ServerError
 from adapld_cli.edit.repair import Attempt, Attempts
@@ -283,8 +284,13 @@ class _Run:
 
     def attempts(self, backend: Backend, item: EditInput) -> Attempts:
         """The file's prompt, prepared, as the attempt loop's start."""
-        prepared = prepare(backend, item.source, self.config.instruction, item.lang)
+        prepared = planned(
+            backend, prepare(backend, item.source, self.config.instruction, item.lang)
+        )
         self.view.info(backend.describe(prepared))
+        if prepared.plan is not None:
+            names = ", ".join(p.name for p in prepared.plan.parts)
+            self.view.info(f"{item.name}: rewriting {len(prepared.plan.parts)} part(s): {names}")
         return Attempts(backend, prepared)
 
     def attempt(self, backend: Backend, item: EditInput, attempt: Attempt) -> EditResult:
@@ -298,7 +304,7 @@ class _Run:
                 f"{attempt.previous.status}: {feedback} Asking again."
             )
         with self.view.generating(title, backend.tokenizer, backend.method) as panel:
-            generation = backend.generate(attempt.prepared, _chain(panel, self.on_event))
+            generation = generate(backend, attempt.prepared, _chain(panel, self.on_event))
         return judge(attempt.prepared, generation, force=self.config.options.force)
 
     def result(self, item: EditInput, attempts: Attempts) -> EditResult:
@@ -345,9 +351,9 @@ def edit_file(
     """One file's edit without a view: prepare, then generate and judge each attempt.
     Raises :class:`~adapld_cli.edit.errors.InputError` before generating (see
     :func:`~adapld_cli.edit.request.prepare`)."""
-    attempts = Attempts(backend, prepare(backend, source, instruction, lang))
+    attempts = Attempts(backend, planned(backend, prepare(backend, source, instruction, lang)))
     for attempt in attempts:
-        generation = backend.generate(attempt.prepared, on_event)
+        generation = generate(backend, attempt.prepared, on_event)
         attempts.record(judge(attempt.prepared, generation, force=backend.options.force))
     assert attempts.result is not None
     return attempts.result

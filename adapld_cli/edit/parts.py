@@ -1,0 +1,293 @@
+"""Big files, part by part: plan which parts an instruction touches, rewrite only those, and
+splice them back so that every other byte is the original's.
+
+Contract:
+- :func:`plan_parts` reads the file with tree-sitter and returns a :class:`Plan` (the parts to
+  rewrite, in file order) or ``None`` for a whole-file rewrite: a file under
+  :data:`MIN_LINES` lines, no grammar or a file that does not parse, an instruction that
+  names none of the file's definitions, a name used where no part covers it, or parts that
+  would cover more than :data:`MAX_SHARE` of the file.
+- The parts are the file's *units*: functions and methods (with their decorators), classes
+  without methods, top-level statements, the import block as one. A rename (``rename X to
+  Y``, :func:`~adapld_cli.edit.guard.unasked.rename_pairs`) touches every unit where ``X``
+  occurs; otherwise the units the instruction names (a method rather than its class when it
+  names both), and the import block with them.
+- :func:`generate` is what the edit loop calls for every attempt: a prepared edit without a
+  plan goes to the backend as it is; with one, each part is asked for on its own (the
+  instruction, where the part sits, the file's outline, the part's code dedented: the part is
+  the draft source) and the answers are spliced into the original. The result is a
+  :class:`~adapld_cli.edit.request.Generation` of the whole file, judged like any other.
+  A part that hits its token limit ends the attempt there (judged as truncated).
+- A repair attempt rewrites the whole file (its prompt is built without a plan).
+"""
+
+from __future__ import annotations
+
+import re
+import textwrap
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any
+
+from adapld_cli.edit.files.source import decode_source
+from adapld_cli.edit.guard.intent import names_in
+from adapld_cli.edit.guard.scan import is_structural, scan
+from adapld_cli.edit.guard.unasked import rename_pairs
+from adapld_cli.edit.prompt import conversation, extract_file
+from adapld_cli.edit.request import Backend, Generation, PreparedEdit, fit
+from adapld_cli.edit.syntax import Definition, outline
+from adapld_cli.engine.types import StepEvent
+
+MIN_LINES = 200  # shorter files are rewritten whole: a part saves little, context helps more
+MAX_SHARE = 0.5  # parts covering more of the file than this: rewrite it whole
+OUTLINE_ENTRIES = 80  # definitions listed in a part's prompt at most
+PART_NOTE = (
+    "{instruction}\n\n"
+    "The code above is only `{name}` (lines {start}-{end} of `{filename}`, shown dedented); "
+    "the rest of the file is not shown and stays as it is. Return this code with the change "
+    "the instruction asks for in it, keeping everything else as it is; return it unchanged if "
+    "the instruction asks for nothing here.\n\n"
+    "The definitions of `{filename}`:\n{outline}"
+)
+
+
+@dataclass(frozen=True)
+class Part:
+    """Whole lines ``start``..``end`` (1-based, inclusive) of the file, and why they are a
+    part to rewrite."""
+
+    name: str
+    start: int
+    end: int
+    why: str = ""
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The parts to rewrite, in file order, and what decided them."""
+
+    parts: tuple[Part, ...]
+    reason: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "reason": self.reason,
+            "parts": [{"name": p.name, "lines": [p.start, p.end]} for p in self.parts],
+        }
+
+
+def plan_parts(text: str, lang: str | None, instruction: str) -> Plan | None:
+    """The parts of ``text`` that ``instruction`` touches (module contract), or ``None``."""
+    lines = text.splitlines()
+    if len(lines) < MIN_LINES or not is_structural(text, lang) or lang in (None, "json"):
+        return None
+    defs = outline(text, lang)
+    units = _units(text, lang, defs)
+    pairs = [(old, new) for old, new in rename_pairs(instruction) if _word(old).search(text)]
+    if pairs:
+        found = _using(lines, units, [old for old, _ in pairs])
+        reason = "rename " + ", ".join(f"{old} -> {new}" for old, new in pairs)
+    else:
+        found = _named(units, defs, instruction)
+        reason = "names " + ", ".join(p.name for p in found) if found else ""
+        if found:
+            found += [u for u in units if u.why == "imports"]
+    if not found:
+        return None
+    parts = tuple(sorted(set(found), key=lambda p: p.start))
+    if sum(p.end - p.start + 1 for p in parts) > MAX_SHARE * len(lines):
+        return None
+    return Plan(parts, reason)
+
+
+def planned(backend: Backend, prepared: PreparedEdit) -> PreparedEdit:
+    """``prepared`` with its :class:`Plan` when the backend's options allow parts (a
+    first attempt; ``--whole-file`` turns them off)."""
+    if backend.options.parts:
+        prepared.plan = plan_parts(prepared.source.text, prepared.lang, prepared.instruction)
+    return prepared
+
+
+def generate(
+    backend: Backend, prepared: PreparedEdit, on_event: Callable[[StepEvent], None] | None = None
+) -> Generation:
+    """The answer to one attempt: the backend's for a whole-file prompt, the spliced parts'
+    for a planned one (module contract)."""
+    plan = prepared.plan
+    if plan is None:
+        return backend.generate(prepared, on_event)
+    from adapld_cli.edit.repair import combined_stats
+
+    lines = prepared.source.text.splitlines(keepends=True)
+    stats = None
+    tokens: list[int] = []
+    done: dict[Part, str] = {}
+    for part in plan.parts:
+        request = part_request(backend, prepared, part)
+        answer = backend.generate(request, on_event)
+        stats = answer.stats if stats is None else combined_stats(stats, answer.stats)
+        tokens += answer.tokens
+        code, closed = extract_file(answer.text, request.prompt.fence, trailing_newline=True)
+        if not closed and answer.stop_reason not in ("eos", "stop_string"):
+            return Generation(answer.text, stats, answer.stop_reason, tokens, plan)
+        done[part] = reindent(code, _indent(lines[part.start - 1 : part.end]))
+    for part in reversed(plan.parts):
+        lines[part.start - 1 : part.end] = [done[part]]
+    spliced = "".join(lines)
+    fence = prepared.prompt.fence
+    text = spliced + ("" if spliced.endswith("\n") else "\n") + fence
+    return Generation(text, stats, "stop_string", tokens, plan)
+
+
+def part_request(backend: Backend, prepared: PreparedEdit, part: Part) -> PreparedEdit:
+    """The prompt for one part: its dedented code as the file, the instruction with where the
+    part sits and the file's outline. Raises ``InputError`` when even that cannot fit."""
+    from adapld_cli.edit.errors import InputError
+
+    source = prepared.source
+    lines = source.text.splitlines(keepends=True)
+    code = textwrap.dedent("".join(lines[part.start - 1 : part.end]))
+    note = PART_NOTE.format(
+        instruction=prepared.instruction.strip(),
+        name=part.name,
+        start=part.start,
+        end=part.end,
+        filename=source.name,
+        outline=describe_outline(source.text, prepared.lang),
+    )
+    conv = conversation(
+        backend.template, code=code, instruction=note, filename=source.name, lang=prepared.lang
+    )
+    piece = decode_source(code.encode("utf-8"), source.name)
+    fitted = fit(backend, piece, note, prepared.lang, conv)
+    if isinstance(fitted, str):
+        raise InputError(fitted)
+    return replace(fitted, plan=None)
+
+
+def describe_outline(text: str, lang: str | None) -> str:
+    """One line per definition, ``line: name``, at most :data:`OUTLINE_ENTRIES`."""
+    defs = outline(text, lang)
+    shown = [f"{d.start_line}: {d.name}" for d in defs[:OUTLINE_ENTRIES]]
+    if len(defs) > OUTLINE_ENTRIES:
+        shown.append(f"(+{len(defs) - OUTLINE_ENTRIES} more)")
+    return "\n".join(shown)
+
+
+def reindent(code: str, indent: str) -> str:
+    """``code`` (dedented again, in case the model indented it) with ``indent`` before each
+    non-blank line; ends with a newline."""
+    code = textwrap.dedent(code)
+    if code and not code.endswith("\n"):
+        code += "\n"
+    if not indent:
+        return code
+    return "".join(indent + line if line.strip() else line for line in code.splitlines(True))
+
+
+# -- units -------------------------------------------------------------------------------------
+def _units(text: str, lang: str | None, defs: list[Definition]) -> list[Part]:
+    """The file's units (module contract), in file order."""
+    lines = text.splitlines()
+    nested = {
+        d.name for d in defs if any(o is not d and o.name.startswith(d.name + ".") for o in defs)
+    }
+    units = [
+        Part(d.name, _decorated_start(lines, d.start_line), d.end_line, "definition")
+        for d in defs
+        if d.name not in nested and not _inside_leaf(d, defs)
+    ]
+    found = scan(text, lang)
+    imports: list[Part] = []
+    for item in found.items if found is not None else []:
+        if item.kind in ("function", "class"):
+            continue
+        end = item.line + item.text.count("\n")
+        part = Part(item.name, item.line, end, "statement")
+        (imports if item.kind == "import" else units).append(part)
+    return _disjoint(units + _import_blocks(imports, units))
+
+
+def _import_blocks(imports: list[Part], units: list[Part]) -> list[Part]:
+    """Import statements with no other unit between them, one unit each run; the first run
+    is the file's import block (``why == "imports"``)."""
+    runs: list[list[Part]] = []
+    for imp in sorted(imports, key=lambda p: p.start):
+        if runs and not any(runs[-1][-1].end < u.start < imp.start for u in units):
+            runs[-1].append(imp)
+        else:
+            runs.append([imp])
+    return [
+        Part("imports" if i == 0 else run[0].name, run[0].start, run[-1].end,
+             "imports" if i == 0 else "statement")
+        for i, run in enumerate(runs)
+    ]  # fmt: skip
+
+
+    return _disjoint(units)
+
+
+def _inside_leaf(d: Definition, defs: list[Definition]) -> bool:
+    """A function nested in another function: part of its enclosing unit."""
+    return any(
+        o is not d and o.start_line <= d.start_line and d.end_line <= o.end_line
+        and "function" in o.kind
+        for o in defs
+    )  # fmt: skip
+
+
+def _disjoint(units: list[Part]) -> list[Part]:
+    """Units sorted, a unit inside or overlapping an earlier one dropped (statements of one
+    line sharing a definition's span, imports interleaved with code)."""
+    out: list[Part] = []
+    for u in sorted(units, key=lambda p: (p.start, -p.end)):
+        if out and u.start <= out[-1].end:
+            continue
+        out.append(u)
+    return out
+
+
+def _decorated_start(lines: list[str], start: int) -> int:
+    """The first line of a definition's decorators (``@...`` lines right above it)."""
+    while start > 1 and lines[start - 2].lstrip().startswith("@"):
+        start -= 1
+    return start
+
+
+def _using(lines: list[str], units: list[Part], names: list[str]) -> list[Part]:
+    """The units where any of ``names`` occurs; ``[]`` when an occurrence is in none."""
+    pattern = re.compile("|".join(_word(n).pattern for n in names))
+    found: set[Part] = set()
+    for number, line in enumerate(lines, start=1):
+        if not pattern.search(line):
+            continue
+        unit = next((u for u in units if u.start <= number <= u.end), None)
+        if unit is None:
+            return []
+        found.add(replace(unit, why="uses"))
+    return list(found)
+
+
+def _named(units: list[Part], defs: list[Definition], instruction: str) -> list[Part]:
+    """The units the instruction names; a named class with methods stands for nothing (the
+    whole file is safer) unless one of its methods is named too."""
+    named = [u for u in units if u.why == "definition" and names_in(u.name, instruction)]
+    classes = [d for d in defs if names_in(d.name, instruction) and "class" in d.kind]
+    for d in classes:
+        if not any(u.name.startswith(d.name + ".") for u in named) and not any(
+            u.name == d.name for u in units
+        ):
+            return []
+    return [replace(u, why="named") for u in named]
+
+
+def _indent(lines: list[str]) -> str:
+    """The indentation of the first non-blank line."""
+    for line in lines:
+        if line.strip():
+            return line[: len(line) - len(line.lstrip())]
+    return ""
+
+
+def _word(name: str) -> re.Pattern[str]:
+    return re.compile(r"(?<![\w$])" + re.escape(name) + r"(?![\w$])")

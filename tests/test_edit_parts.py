@@ -1,0 +1,168 @@
+"""Big files part by part (:mod:`adapld_cli.edit.parts`): the plan, with the real tree-sitter
+grammar; the splice, every byte outside the parts kept; and the embedded model renaming a
+method of a real 600-line module (``rich/color.py``) through the parts."""
+
+from __future__ import annotations
+
+import difflib
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from adapld_cli.edit import EditOptions, decode_source, prepare
+from adapld_cli.edit.judge import Status, judge
+from adapld_cli.edit.parts import MIN_LINES, generate, plan_parts, planned, reindent
+from adapld_cli.edit.prompt import load_template
+from adapld_cli.edit.request import Generation
+from adapld_cli.engine.types import Stats
+
+
+def module(n_functions: int = 60) -> str:
+    """A module of more than :data:`MIN_LINES` lines: imports, a table, functions, a class."""
+    head = "import os\nimport sys\n\nLIMIT = 10\n\n\n"
+    funcs = "".join(
+        f"def f{i}(x):\n    y = x + {i}\n    return helper(y)\n\n\n" for i in range(n_functions)
+    )
+    cls = (
+        "class Store:\n"
+        '    """A store."""\n\n'
+        "    kind = 'plain'\n\n"
+        "    @property\n"
+        "    def size(self):\n        return len(os.listdir('.'))\n\n"
+        "    def load(self, path):\n        return helper(path)\n\n\n"
+    )
+    tail = "def helper(v):\n    return v\n\n\nif __name__ == '__main__':\n    sys.exit(f0(1))\n"
+    return head + funcs + cls + tail
+
+
+def names(plan) -> list[str]:
+    return [p.name for p in plan.parts]
+
+
+def test_the_module_is_big_enough():
+    assert len(module().splitlines()) >= MIN_LINES
+
+
+def test_a_rename_of_few_uses_is_planned_with_decorators():
+    text = module().replace("return helper(y)", "return y")
+    plan = plan_parts(text, "python", "Rename the function helper to assist and update every call")
+    assert plan is not None and names(plan) == ["Store.load", "helper"]
+    plan = plan_parts(text, "python", "rename the property size to count")
+    assert plan is not None and names(plan) == ["Store.size"]
+    lines = text.splitlines()
+    assert lines[plan.parts[0].start - 1].strip() == "@property"
+
+
+def test_named_definitions_come_with_the_import_block():
+    plan = plan_parts(module(), "python", "Make f3 raise ValueError when x is negative")
+    assert plan is not None and names(plan) == ["imports", "f3"]
+    assert plan.parts[0].start == 1 and plan.parts[0].end == 2
+
+
+@pytest.mark.parametrize(
+    "instruction",
+    [
+        "add type hints to every function",  # names nothing
+        "rename kind to flavour",  # used in the class body, which no unit covers
+        "add a method `clear` to Store",  # a class with methods: the whole file is safer
+    ],
+)
+def test_no_plan_means_the_whole_file(instruction):
+    assert plan_parts(module(), "python", instruction) is None
+
+
+def test_small_files_and_too_many_parts_are_rewritten_whole():
+    small = module(5)
+    assert len(small.splitlines()) < MIN_LINES
+    assert plan_parts(small, "python", "Make f3 raise ValueError") is None
+    many = " ".join(f"f{i}" for i in range(60))
+    assert plan_parts(module(), "python", f"add a docstring to {many}") is None
+    assert plan_parts(module(), "python", "Rename the function helper to assist") is None
+
+
+def test_reindent():
+    assert reindent("def f():\n    pass", "    ") == "    def f():\n        pass\n"
+    assert reindent("    def f():\n\n        pass\n", "  ") == "  def f():\n\n      pass\n"
+
+
+@dataclass
+class Rewriter:
+    """A backend that answers a part's prompt with its code rewritten by ``edit`` (the
+    splice is under test here, not the model); it keeps every request it saw."""
+
+    edit: callable
+    options: EditOptions = field(default_factory=EditOptions)
+    template: object = field(default_factory=lambda: load_template(None))
+    context: object = None
+    seen: list = field(default_factory=list)
+
+    def generate(self, prepared, on_event=None) -> Generation:
+        self.seen.append(prepared)
+        answer = self.edit(prepared.source.text) + prepared.prompt.fence
+        return Generation(answer, Stats(new_tokens=1), "stop_string", [7])
+
+
+def test_parts_are_spliced_and_every_other_byte_is_kept():
+    text = module().replace("return helper(y)", "return y")
+    src = decode_source(text.encode(), "big.py")
+    backend = Rewriter(lambda code: code.replace("helper", "assist"))
+    prepared = planned(backend, prepare(backend, src, "Rename helper to assist"))
+    generation = generate(backend, prepared)
+    assert [p.source.text.splitlines()[0] for p in backend.seen] == [
+        "def load(self, path):",  # dedented
+        "def helper(v):",
+    ]
+    assert "only `Store.load` (lines" in backend.seen[0].instruction
+    result = judge(prepared, generation)
+    assert result.status is Status.CHANGED and result.plan is prepared.plan
+    assert result.new_text == text.replace("helper", "assist")
+    assert generation.tokens == [7, 7] and generation.stats.new_tokens == 2
+
+
+def test_a_part_that_breaks_the_file_is_refused_as_a_whole():
+    text = module()
+    src = decode_source(text.encode(), "big.py")
+    backend = Rewriter(lambda code: code.replace("return", "return ("))
+    prepared = planned(backend, prepare(backend, src, "Make f3 raise ValueError"))
+    result = judge(prepared, generate(backend, prepared))
+    assert result.status is Status.REFUSED and "does not parse" in result.message
+
+
+def test_whole_file_option_and_repairs_have_no_plan():
+    src = decode_source(module().encode(), "big.py")
+    backend = Rewriter(lambda code: code, EditOptions(parts=False))
+    assert planned(backend, prepare(backend, src, "Make f3 raise ValueError")).plan is None
+
+
+@pytest.mark.real
+def test_rich_color_rename_through_parts(tmp_path):
+    """The issue's case: a rename in a 621-line real module rewrites the one method."""
+    import rich.color
+
+    from adapld_cli.edit import LocalModel
+    from adapld_cli.edit.run import edit_file
+    from adapld_cli.model import load
+
+    text = Path(rich.color.__file__).read_text(encoding="utf-8")
+    if "    def downgrade(self" not in text:
+        pytest.skip("this rich has no Color.downgrade")
+    src = decode_source(text.encode(), "color.py")
+    local = LocalModel(load(device="cpu"), EditOptions(attempts=1))
+    instruction = "Rename the method downgrade to to_system and update every call"
+    result = edit_file(local, src, instruction)
+    assert result.status is Status.CHANGED, result.message
+    assert [p.name for p in result.plan.parts] == ["Color.downgrade"]
+    assert "    def to_system(self" in result.new_text
+    assert not re.search(r"def downgrade\b", result.new_text)
+    part = result.plan.parts[0]
+    changed = [
+        (op, a, b)
+        for op, a, b, _, _ in difflib.SequenceMatcher(
+            None, text.splitlines(), result.new_text.splitlines()
+        ).get_opcodes()
+        if op != "equal"
+    ]
+    assert all(part.start - 1 <= a and b <= part.end for _, a, b in changed), changed
+    assert result.stats.new_tokens < 1500  # the part, not the file's ~5,800 tokens

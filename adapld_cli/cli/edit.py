@@ -41,6 +41,7 @@ from adapld_cli.cli.edit_options import (
     TestTimeoutOpt,
     TopPOpt,
     VerboseOpt,
+    WholeFileOpt,
 )
 from adapld_cli.cli.helpfmt import PlainHelpCommand
 from adapld_cli.cli.options import DeviceOpt, DtypeOpt, ModelOpt, ThreadsOpt, WeightsOpt
@@ -108,6 +109,7 @@ def edit(
     method: MethodOpt = Method.adapld,
     max_new_tokens: MaxNewTokensOpt = None,
     attempts: AttemptsOpt = DEFAULT_ATTEMPTS,
+    whole_file: WholeFileOpt = False,
     temperature: TemperatureOpt = 0.0,
     top_p: TopPOpt = 1.0,
     seed: SeedOpt = None,
@@ -143,6 +145,7 @@ def edit(
                 seed=seed,
                 force=force,  # the run's one --force: the judge and the write-back read it
                 attempts=attempts,
+                parts=not whole_file,
             ),
             model=ModelConfig(
                 spec=model, device=device, dtype=dtype, threads=threads, weights=weights

@@ -115,6 +115,17 @@ AttemptsOpt = Annotated[
         show_default=True,
     ),
 ]
+WholeFileOpt = Annotated[
+    bool,
+    _opt(
+        "--whole-file",
+        help="Rewrite the whole file even when it is big. By default, in a file of 200 lines "
+        "or more, an instruction that renames something or names the definitions to change "
+        "rewrites only the parts it touches (every other byte is kept); anything else "
+        "rewrites the whole file.",
+        panel=_GEN,
+    ),
+]
 TemperatureOpt = Annotated[
     float,
     _opt(

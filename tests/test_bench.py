@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from types import SimpleNamespace
@@ -181,14 +182,53 @@ def test_test_feedback_reports_pass_at_k(tiny_models, tmp_path):
     assert r.exit_code == 2 and "--test-feedback needs --run-tests" in r.stderr
 
 
-def _random_model(tokenizer):
+def test_parts_rows_beside_whole_file_rows(tiny_tokenizer, tmp_path):
+    """``--parts``: a big file's task runs each method on its plan's parts too (rows
+    ``<method>/parts``, the plan recorded, the parts' outputs alike for every method); the
+    report pairs them with the whole-file rows and counts changes outside ``touches``."""
+    from tests.test_edit_parts import module
+
+    loaded = SimpleNamespace(
+        model=_random_model(tiny_tokenizer, positions=16384), tokenizer=tiny_tokenizer
+    )
+    row = {
+        "name": "big",
+        "before": module(),
+        "instruction": "Make f3 raise ValueError when x is negative",
+        "touches": ["f3"],
+    }
+    path = tmp_path / "big.jsonl"
+    path.write_text(json.dumps(row) + "\n")
+    tasks = load_tasks(path)
+    assert tasks[0].touches is None  # only module rows carry touches
+    tasks = [dataclasses.replace(tasks[0], touches=("f3",))]
+    out = tmp_path / "out"
+    opts = BenchOptions(
+        methods=["ar", "adapld"], max_new_tokens=24, warmup=False, parts=True,
+        save_outputs=str(out),
+    )  # fmt: skip
+    rows = BenchRunner(loaded, tasks, opts).run()
+    assert [r["method"] for r in rows] == ["ar", "adapld", "ar/parts", "adapld/parts"]
+    for r in rows[2:]:
+        assert [p["name"] for p in r["plan"]["parts"]] == ["imports", "f3"]
+        assert r["new_tokens"] <= 2 * 24
+    assert (out / "big.ar-parts.py").read_text() == (out / "big.adapld-parts.py").read_text()
+    doc = document({}, rows, opts.labels)
+    parts = doc["methods"]["adapld/parts"]
+    assert parts["planned"] == 1 and parts["tokens_vs_whole"] is not None
+    assert "unrelated" in parts
+    quality = markdown(doc).split("\n\n")[2].splitlines()
+    assert "| s vs whole |" in quality[0] and quality[-1].startswith("| adapld/parts | ")
+
+
+def _random_model(tokenizer, positions: int = 4096):
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     torch.manual_seed(0)
     cfg = Qwen2Config(
         vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=positions,
         eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
     )  # fmt: skip
     model = Qwen2ForCausalLM(cfg).to(torch.float64).eval()

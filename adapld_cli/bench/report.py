@@ -31,6 +31,8 @@ from typing import Any
 
 from adapld_cli.bench.methods import must_match_ar
 
+PARTS_SUFFIX = "/parts"  # a method run on a big file's parts (bench.runner)
+
 
 def summarize(rows: list[dict[str, Any]], methods: list[str]) -> dict[str, dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {}
@@ -39,7 +41,28 @@ def summarize(rows: list[dict[str, Any]], methods: list[str]) -> dict[str, dict[
         if not rs:
             continue
         out[method] = _summary(rs)
+        if method.endswith(PARTS_SUFFIX):
+            whole = [r for r in rows if r["method"] == method.removesuffix(PARTS_SUFFIX)]
+            out[method].update(_against_whole(rs, whole))
     return out
+
+
+def _against_whole(parts: list[dict[str, Any]], whole: list[dict[str, Any]]) -> dict[str, Any]:
+    """A ``/parts`` label against its whole-file method, over the tasks that had a plan:
+    ``planned`` (tasks), ``time_vs_whole`` (median per-task wall-time ratio) and
+    ``tokens_vs_whole`` (the same for generated tokens)."""
+    by_task = {r["task"]: r for r in whole}
+    pairs = [(r, by_task[r["task"]]) for r in parts if r.get("plan") and r["task"] in by_task]
+
+    def median(key: str) -> float | None:
+        ratios = [p[key] / w[key] for p, w in pairs if w[key]]
+        return round(statistics.median(ratios), 4) if ratios else None
+
+    return {
+        "planned": len(pairs),
+        "time_vs_whole": median("total_s"),
+        "tokens_vs_whole": median("new_tokens"),
+    }
 
 
 def _summary(rs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -138,6 +161,9 @@ def _quality(rs: list[dict[str, Any]]) -> dict[str, Any]:
         "first_refused": count("first_status", "refused"),
         "first_unchanged": count("first_status", "unchanged"),
         "repair_time_ratio": _repair_time_ratio(rs),
+        "unrelated": sum(1 for r in rs if r.get("unrelated"))
+        if any("unrelated" in r for r in rs)
+        else None,
         **_with_feedback(rs),
     }
 
@@ -264,6 +290,9 @@ QUALITY_COLUMNS = (
     ("repaired", "repaired", "{:d}"),
     ("attempts", "attempts", "{:d}"),
     ("repair s / first s", "repair_time_ratio", "{:.2f}"),
+    ("unrelated", "unrelated", "{:d}"),
+    ("planned", "planned", "{:d}"),
+    ("s vs whole", "time_vs_whole", "{:.2f}"),
     ("pass@k, test feedback", "pass_at_k_feedback", None),
 )
 
@@ -272,7 +301,10 @@ def _tables(doc: dict[str, Any]) -> list[tuple]:
     """The column sets to render: speed, drafting and, when tests ran or a task was asked
     again, quality."""
     tables = [SPEED_COLUMNS, DRAFT_COLUMNS]
-    if any(s.get("tests_run") or s.get("repaired") for s in doc["methods"].values()):
+    quality = ("tests_run", "repaired", "unrelated", "planned")
+    if any(
+        s.get(k) is not None and s.get(k) != 0 for s in doc["methods"].values() for k in quality
+    ):
         tables.append(QUALITY_COLUMNS)
     return tables
 

@@ -75,7 +75,7 @@ class BenchResults:
             load_start=load_start,
             baseline_model=runner.stock.describe() if runner.stock else None,
         )
-        methods = list(runner.options.methods)
+        methods = list(runner.options.labels)
         rows, skipped, ref = runner.rows, runner.skipped, runner.reference_pass
         return cls(meta, methods, rows, skipped, ref, interrupted)
 

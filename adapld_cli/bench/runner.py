@@ -25,9 +25,11 @@ from typing import Any
 
 from adapld_cli.bench import memory, testrun
 from adapld_cli.bench.methods import BASELINES, run_method
+from adapld_cli.bench.report import PARTS_SUFFIX
 from adapld_cli.bench.stock import StockModel
 from adapld_cli.bench.tasks import Task
 from adapld_cli.bench.types import MethodRun
+from adapld_cli.edit.parts import plan_parts
 from adapld_cli.engine.settings import AdaPLDSettings
 
 WARMUP_TOKENS = 16
@@ -47,6 +49,14 @@ class BenchOptions:
     # the task's tests judge each changed result, a failing one is repaired with their output
     # (as `adapld edit --test`); rows get ``passed_at``, reported as pass@k with feedback
     test_feedback: bool = False
+    # also run each method as `adapld edit` edits a big file, rewriting only the parts its
+    # plan names (edit.parts): rows labelled ``<method>/parts`` beside the whole-file ones
+    parts: bool = False
+
+    @property
+    def labels(self) -> list[str]:
+        """The row labels: the methods, then ``<method>/parts`` for each with ``parts``."""
+        return self.methods + ([f"{m}{PARTS_SUFFIX}" for m in self.methods] if self.parts else [])
 
 
 @dataclass
@@ -90,7 +100,7 @@ class BenchRunner:
         prepared = self._prepare(local)
         if opts.warmup and prepared:
             self._warmup(prepared[0][1])
-        total = len(prepared) * len(opts.methods)
+        total = len(prepared) * len(opts.labels)
         for task, prep in prepared:
             if opts.run_tests and task.tests and task.after is not None:
                 self.reference_pass[task.name] = testrun.passes(
@@ -122,15 +132,7 @@ class BenchRunner:
         for method in opts.methods:
             run, first, result, passed_at = self._attempts(local, method, prep, task)
             row = _row(task, method, run, result, first)
-            if passed_at is not None or (opts.test_feedback and task.tests):
-                row["passed_at"] = passed_at
-            if opts.run_tests and task.tests:
-                row["passed"] = testrun.passes(result.new_text, task.tests, opts.test_timeout)
-                row["passed_first"] = (
-                    row["passed"]
-                    if first is result
-                    else testrun.passes(first.new_text, task.tests, opts.test_timeout)
-                )
+            self._judge_tests(row, task, first, result, passed_at)
             if opts.save_outputs:
                 _save(opts.save_outputs, task, method, result.new_text)
             row["_tokens"] = run.tokens
@@ -140,11 +142,54 @@ class BenchRunner:
             elif ar_row is not None:
                 _compare(rows=[row], ar_row=ar_row, ar_tokens=ar_row["_tokens"])
             task_rows.append(row)
-            self.rows.append(row)
-            if self.on_row:
-                self.on_row(row, len(self.rows), total)
+            self._add(row, total)
+        if opts.parts:
+            plan = plan_parts(prep.source.text, prep.lang, prep.instruction)
+            for row in list(task_rows):
+                self._add(self._parts_row(local, row, prep, plan, task), total)
         for row in task_rows:
             row.pop("_tokens", None)
+
+    def _add(self, row: dict[str, Any], total: int) -> None:
+        self.rows.append(row)
+        if self.on_row:
+            self.on_row(row, len(self.rows), total)
+
+    def _parts_row(
+        self, local: Any, whole: dict[str, Any], prep: Any, plan: Any, task: Task
+    ) -> dict[str, Any]:
+        """``whole``'s method on the parts of ``plan``; without a plan, as `adapld edit`
+        does, the whole-file row stands for it (same figures, ``plan`` None)."""
+        label = whole["method"] + PARTS_SUFFIX
+        if plan is None:
+            row = {k: v for k, v in whole.items() if k != "_tokens"}
+            return {**row, "method": label, "plan": None}
+        planned = dataclasses.replace(prep, plan=plan)
+        run, first, result, passed_at = self._attempts(local, whole["method"], planned, task)
+        row = _row(task, label, run, result, first)
+        row["plan"] = plan.as_dict()
+        self._judge_tests(row, task, first, result, passed_at)
+        if self.options.save_outputs:
+            _save(self.options.save_outputs, task, label.replace("/", "-"), result.new_text)
+        return row
+
+    def _judge_tests(
+        self, row: dict[str, Any], task: Task, first: Any, result: Any, passed_at: int | None
+    ) -> None:
+        """The tests' verdicts on the first and last results, and the changes outside the
+        task's ``touches``."""
+        opts = self.options
+        if passed_at is not None or (opts.test_feedback and task.tests):
+            row["passed_at"] = passed_at
+        if opts.run_tests and task.tests:
+            row["passed"] = testrun.passes(result.new_text, task.tests, opts.test_timeout)
+            row["passed_first"] = (
+                row["passed"]
+                if first is result
+                else testrun.passes(first.new_text, task.tests, opts.test_timeout)
+            )
+        if task.touches is not None:
+            row["unrelated"] = unrelated_changes(task, result.new_text)
 
     def _attempts(
         self, local: Any, method: str, prep: Any, task: Task
@@ -156,6 +201,7 @@ class BenchRunner:
         the last, and the attempt whose result passed the tests (``None``: none, or not
         tested)."""
         from adapld_cli.edit import Attempts, Status, judge
+        from adapld_cli.edit.parts import generate
         from adapld_cli.edit.testcmd import failure_feedback
         from adapld_cli.engine import PrefixCache
 
@@ -167,11 +213,10 @@ class BenchRunner:
         prefix = None if method in BASELINES else PrefixCache()
         attempts = Attempts(local, prep)
         for attempt in attempts:
-            run = self._measure(
-                method, attempt.prepared.prompt.ids, attempt.prepared.config, prefix
-            )
+            timed = _Timed(self, local, method, prefix)
+            generation = generate(timed, attempt.prepared)
+            run = timed.run(generation.stats)
             runs.append(run)
-            generation = local.generation(run.tokens, run.stats, run.stop_reason)
             result = judge(attempt.prepared, generation, force=local.options.force)
             if opts.test_feedback and task.tests and result.status is Status.CHANGED:
                 tested = testrun.run(result.new_text, task.tests, opts.test_timeout)
@@ -216,6 +261,58 @@ class BenchRunner:
             )
         self.workspaces.prepare()
         self.warmup_s = time.perf_counter() - t0
+
+
+class _Timed:
+    """A backend for one attempt that measures every generation it is asked for (one, or
+    one per part of a plan) with :meth:`BenchRunner._measure`."""
+
+    def __init__(self, runner: BenchRunner, local: Any, method: str, prefix: Any) -> None:
+        self.runner, self.local, self.method, self.prefix = runner, local, method, prefix
+        self.options, self.template, self.context = local.options, local.template, local.context
+        self.runs: list[MethodRun] = []
+
+    def generate(self, prepared: Any, on_event: Any = None) -> Any:
+        run = self.runner._measure(self.method, prepared.prompt.ids, prepared.config, self.prefix)
+        self.runs.append(run)
+        return self.local.generation(run.tokens, run.stats, run.stop_reason)
+
+    def run(self, stats: Any) -> MethodRun:
+        """The attempt as one run: its generations' tokens, ``stats`` (theirs combined), the
+        last stop reason, their wall times added, the highest peak memory."""
+        if len(self.runs) == 1:
+            return self.runs[0]
+        peaks = [r.extra["peak_rss_mb"] for r in self.runs if r.extra.get("peak_rss_mb")]
+        return MethodRun(
+            [t for r in self.runs for t in r.tokens],
+            stats,
+            self.runs[-1].stop_reason,
+            sum(r.wall_s for r in self.runs),
+            extra={"peak_rss_mb": max(peaks)} if peaks else {},
+        )
+
+
+def unrelated_changes(task: Task, new_text: str) -> list[str]:
+    """The definitions and top-level statements ``new_text`` changes, adds or removes that
+    ``task.touches`` does not list (``task.before`` is the original)."""
+    from adapld_cli.edit.guard.scan import scan
+    from adapld_cli.edit.syntax import changed_definitions
+
+    if new_text == task.before:
+        return []
+    allowed = set(task.touches or ())
+    changes = changed_definitions(task.before, new_text, "python")
+    names = [*changes.changed, *changes.added, *changes.removed]
+    names += [n for pair in changes.renamed for n in pair]
+    old, new = scan(task.before, "python"), scan(new_text, "python")
+    if old is not None and new is not None:
+        texts = {(i.name, i.text) for i in new.items if i.kind not in ("function", "class")}
+        names += [
+            i.name
+            for i in old.items
+            if i.kind not in ("function", "class") and (i.name, i.text) not in texts
+        ]
+    return sorted({n for n in names if n not in allowed})
 
 
 def _joined(runs: list[MethodRun], stats: Any) -> MethodRun:

@@ -223,7 +223,6 @@ def _import_blocks(imports: list[Part], units: list[Part]) -> list[Part]:
         for i, run in enumerate(runs)
     ]  # fmt: skip
 
-
     return _disjoint(units)
 
 

@@ -166,3 +166,33 @@ def test_rich_color_rename_through_parts(tmp_path):
     ]
     assert all(part.start - 1 <= a and b <= part.end for _, a, b in changed), changed
     assert result.stats.new_tokens < 1500  # the part, not the file's ~5,800 tokens
+
+
+def test_a_file_too_long_for_the_context_is_edited_by_its_parts(tiny_tokenizer):
+    """Whole, the file does not fit the model's context; a plan's parts do, and are edited
+    (a random model: the answer is noise, but it is generated and judged, not refused as
+    input), with no repair attempt (there is no whole-file prompt to repair from)."""
+    from types import SimpleNamespace
+
+    from adapld_cli.edit import LocalModel
+    from adapld_cli.edit.errors import TooLongError
+    from adapld_cli.edit.parts import prepare_edit
+    from adapld_cli.edit.run import edit_file
+    from tests.test_bench import _random_model
+
+    text = module()
+    n = len(tiny_tokenizer(text, add_special_tokens=False)["input_ids"])
+    model = _random_model(tiny_tokenizer, positions=n + 16)
+    local = LocalModel(SimpleNamespace(model=model, tokenizer=tiny_tokenizer), EditOptions())
+    src = decode_source(text.encode(), "big.py")
+    instruction = "Make f3 raise ValueError when x is negative"
+    with pytest.raises(TooLongError, match="too long for the model's context"):
+        prepare(local, src, instruction)
+    with pytest.raises(TooLongError):
+        prepare_edit(local, src, "add type hints to every function")  # no plan: still too long
+    prepared = prepare_edit(local, src, instruction)
+    assert [p.name for p in prepared.plan.parts] == ["imports", "f3"]
+    assert prepared.conversation is None
+    result = edit_file(local, src, instruction)
+    assert result.plan is not None and result.attempts == 1
+    assert result.status in (Status.CHANGED, Status.UNCHANGED, Status.REFUSED)

@@ -57,6 +57,11 @@ class ChangedOnDiskError(RefusedError):
     exit_code = EXIT_REFUSED
 
 
+class TooLongError(InputError):
+    """The file and its answer do not fit in the model's context (exit 2), unless its edit
+    can be made part by part (``adapld_cli.edit.parts``)."""
+
+
 class SpecialFileError(InputError):
     """The path is a FIFO, a device or a socket, not a regular file; not edited. Exit 2."""
 

@@ -18,7 +18,9 @@ Contract:
   the draft source) and the answers are spliced into the original. The result is a
   :class:`~adapld_cli.edit.request.Generation` of the whole file, judged like any other.
   A part that hits its token limit ends the attempt there (judged as truncated).
-- A repair attempt rewrites the whole file (its prompt is built without a plan).
+- A repair attempt rewrites the whole file (its prompt is built without a plan). A file too
+  long for the model's context is edited only by its parts (:func:`prepare_edit`), without
+  repairs.
 """
 
 from __future__ import annotations
@@ -29,14 +31,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from adapld_cli.edit.files.source import decode_source
+from adapld_cli.edit.errors import TooLongError
+from adapld_cli.edit.files.source import SourceFile, decode_source
 from adapld_cli.edit.guard.intent import names_in
 from adapld_cli.edit.guard.scan import is_structural, scan
 from adapld_cli.edit.guard.unasked import rename_pairs
-from adapld_cli.edit.prompt import conversation, extract_file
-from adapld_cli.edit.request import Backend, Generation, PreparedEdit, fit
-from adapld_cli.edit.syntax import Definition, outline
-from adapld_cli.engine.types import StepEvent
+from adapld_cli.edit.prompt import Prompt, conversation, extract_file
+from adapld_cli.edit.request import Backend, Generation, PreparedEdit, fit, prepare
+from adapld_cli.edit.syntax import Definition, language_for, outline
+from adapld_cli.engine.types import GenerationConfig, StepEvent
 
 MIN_LINES = 200  # shorter files are rewritten whole: a part saves little, context helps more
 MAX_SHARE = 0.5  # parts covering more of the file than this: rewrite it whole
@@ -106,6 +109,37 @@ def planned(backend: Backend, prepared: PreparedEdit) -> PreparedEdit:
     if backend.options.parts:
         prepared.plan = plan_parts(prepared.source.text, prepared.lang, prepared.instruction)
     return prepared
+
+
+def prepare_edit(
+    backend: Backend, source: SourceFile, instruction: str, lang: str | None = None
+) -> PreparedEdit:
+    """The first attempt: :func:`~adapld_cli.edit.request.prepare` with its plan
+    (:func:`planned`). A file too long for the context is still edited when a plan covers
+    the edit: its prepared edit has no whole-file prompt (and so no repair attempt)."""
+    try:
+        return planned(backend, prepare(backend, source, instruction, lang))
+    except TooLongError:
+        lang = lang if lang is not None else language_for(source.name)
+        plan = plan_parts(source.text, lang, instruction) if backend.options.parts else None
+        if plan is None:
+            raise
+    conv = conversation(
+        backend.template, code=source.text, instruction=instruction, filename=source.name,
+        lang=lang,
+    )  # fmt: skip
+    fence = conv.fence
+    return PreparedEdit(
+        source=source,
+        instruction=instruction,
+        lang=lang,
+        prompt=Prompt(text="", ids=[], fence=fence, stop_string="\n" + fence),
+        config=GenerationConfig(max_new_tokens=0),
+        source_tokens=0,
+        context_limit=backend.context.limit if backend.context else None,
+        conversation=None,  # no whole-file prompt: nothing to repair from
+        plan=plan,
+    )
 
 
 def generate(

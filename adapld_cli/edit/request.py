@@ -7,8 +7,8 @@ Contract:
   while parsing, :func:`prepare` for library callers).
 - :func:`prepare` renders the template's conversation for a file and fits it into the
   backend's context (:func:`fit`; :func:`refit` for a repair's conversation): a
-  :class:`PreparedEdit` ready to generate, or :class:`~adapld_cli.edit.errors.InputError`
-  (exit 2) when the prompt plus the file's length cannot fit.
+  :class:`PreparedEdit` ready to generate, or :class:`~adapld_cli.edit.errors.TooLongError`
+  (an ``InputError``, exit 2) when the prompt plus the file's length cannot fit.
 - :class:`Generation` is what a backend (local model or server) returns for a prepared edit:
   the answer's text after the opened fence, before any check.
 """
@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from adapld_cli.edit.errors import InputError
+from adapld_cli.edit.errors import InputError, TooLongError
 from adapld_cli.edit.files.source import SourceFile
 from adapld_cli.edit.prompt import (
     Conversation,
@@ -126,7 +126,7 @@ def prepare(
     )  # fmt: skip
     prepared = fit(backend, source, instruction, lang, conv)
     if isinstance(prepared, str):
-        raise InputError(prepared)
+        raise TooLongError(prepared)
     return prepared
 
 

@@ -42,11 +42,11 @@ from adapld_cli.edit.interrupt import Interrupted, Signals, describe, exit_code_
 from adapld_cli.edit.judge import EditResult, Status, judge
 from adapld_cli.edit.local import LocalModel
 from adapld_cli.edit.outcome import Outcome, RunReport, StatsLog
-from adapld_cli.edit.parts import generate, planned
+from adapld_cli.edit.parts import generate, prepare_edit
 from adapld_cli.edit.prompt import PromptTemplate
 from adapld_cli.edit.remote import ChatClient, RemoteModel, ServerConfig, ServerError
 from adapld_cli.edit.repair import Attempt, Attempts
-from adapld_cli.edit.request import EditOptions, prepare
+from adapld_cli.edit.request import EditOptions
 from adapld_cli.edit.testcmd import TestConfig, TestJudge
 from adapld_cli.edit.writeback import WriteBack, apply_result
 from adapld_cli.engine.types import StepEvent, UnsupportedModelError
@@ -284,13 +284,15 @@ class _Run:
 
     def attempts(self, backend: Backend, item: EditInput) -> Attempts:
         """The file's prompt, prepared, as the attempt loop's start."""
-        prepared = planned(
-            backend, prepare(backend, item.source, self.config.instruction, item.lang)
-        )
-        self.view.info(backend.describe(prepared))
+        prepared = prepare_edit(backend, item.source, self.config.instruction, item.lang)
+        if prepared.conversation is not None:
+            self.view.info(backend.describe(prepared))
         if prepared.plan is not None:
             names = ", ".join(p.name for p in prepared.plan.parts)
-            self.view.info(f"{item.name}: rewriting {len(prepared.plan.parts)} part(s): {names}")
+            whole = "" if prepared.conversation else " (too long for the context as a whole)"
+            self.view.info(
+                f"{item.name}: rewriting {len(prepared.plan.parts)} part(s){whole}: {names}"
+            )
         return Attempts(backend, prepared)
 
     def attempt(self, backend: Backend, item: EditInput, attempt: Attempt) -> EditResult:
@@ -351,7 +353,7 @@ def edit_file(
     """One file's edit without a view: prepare, then generate and judge each attempt.
     Raises :class:`~adapld_cli.edit.errors.InputError` before generating (see
     :func:`~adapld_cli.edit.request.prepare`)."""
-    attempts = Attempts(backend, planned(backend, prepare(backend, source, instruction, lang)))
+    attempts = Attempts(backend, prepare_edit(backend, source, instruction, lang))
     for attempt in attempts:
         generation = generate(backend, attempt.prepared, on_event)
         attempts.record(judge(attempt.prepared, generation, force=backend.options.force))

@@ -66,11 +66,32 @@ def test_named_definitions_come_with_the_import_block():
     [
         "add type hints to every function",  # names nothing
         "rename kind to flavour",  # used in the class body, which no unit covers
-        "add a method `clear` to Store",  # a class with methods: the whole file is safer
+        "add type hints to Store",  # a class with methods, none named: the whole file
+        "Make the plain text helper faster",  # plain words are not names
     ],
 )
 def test_no_plan_means_the_whole_file(instruction):
     assert plan_parts(module(), "python", instruction) is None
+
+
+def test_a_new_method_goes_after_the_class_s_last_method():
+    plan = plan_parts(module(), "python", "Add a method `clear` to class `Store` that empties it")
+    assert plan is not None and plan.reason == "a new method after Store.load"
+    assert names(plan) == ["imports", "Store.load"] and plan.parts[1].why == "append"
+
+
+def test_a_qualified_name_picks_one_of_several_alike():
+    text = module().replace("def helper(v):", "class Other:\n    def load(self, path):\n"
+                            "        return path\n\n\ndef helper(v):")  # fmt: skip
+    plan = plan_parts(text, "python", "Make Store.load raise ValueError for an empty path")
+    assert plan is not None and names(plan) == ["imports", "Store.load"]
+    assert plan_parts(text, "python", "Make `load` raise ValueError") is None  # which one?
+
+
+def test_top_level_calls_are_units():
+    text = module().replace("return helper(y)", "return y") + "helper(3)\n"
+    plan = plan_parts(text, "python", "rename helper to assist")
+    assert plan is not None and names(plan)[-1] == f"line {len(text.splitlines())}"
 
 
 def test_small_files_and_too_many_parts_are_rewritten_whole():

@@ -10,7 +10,9 @@ Contract:
 - The parts are the file's *units*: functions and methods (with their decorators), classes
   without methods, top-level statements, the import block as one. A rename (``rename X to
   Y``, :func:`~adapld_cli.edit.guard.unasked.rename_pairs`) touches every unit where ``X``
-  occurs; otherwise the units the instruction names (a method rather than its class when it
+  occurs; "add a method ... to class C": C's last method, the new one to follow it;
+  otherwise the units the instruction names as code (a qualified name, or a name in
+  backticks, called, or spelled like an identifier; a method rather than its class when it
   names both), and the import block with them.
 - :func:`generate` is what the edit loop calls for every attempt: a prepared edit without a
   plan goes to the backend as it is; with one, each part is asked for on its own (the
@@ -27,6 +29,7 @@ from __future__ import annotations
 
 import re
 import textwrap
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
@@ -38,12 +41,22 @@ from adapld_cli.edit.guard.scan import is_structural, scan
 from adapld_cli.edit.guard.unasked import rename_pairs
 from adapld_cli.edit.prompt import Prompt, conversation, extract_file
 from adapld_cli.edit.request import Backend, Generation, PreparedEdit, fit, prepare
-from adapld_cli.edit.syntax import Definition, language_for, outline
+from adapld_cli.edit.syntax import Definition, language_for, outline, parse
 from adapld_cli.engine.types import GenerationConfig, StepEvent
 
 MIN_LINES = 200  # shorter files are rewritten whole: a part saves little, context helps more
 MAX_SHARE = 0.5  # parts covering more of the file than this: rewrite it whole
 OUTLINE_ENTRIES = 80  # definitions listed in a part's prompt at most
+# "add a [new] [`name`] method [`name`] to [the] [class] `C`"
+ADD_METHOD_RE = re.compile(
+    r"\badd(?:s|ing)?\s+(?:an?\s+)?(?:new\s+)?(?:\S+\s+){0,2}?method\b[^.]*?\b(?:to|in)\s+"
+    r"(?:the\s+)?(?:class\s+)?`?([A-Z]\w*)`?",
+    re.IGNORECASE,
+)
+APPEND_NOTE = (
+    " The new code goes right after this {kind}: return this code unchanged, followed by the "
+    "new code, indented as this code is."
+)
 PART_NOTE = (
     "{instruction}\n\n"
     "The code above is only `{name}` (lines {start}-{end} of `{filename}`, shown dedented); "
@@ -90,6 +103,9 @@ def plan_parts(text: str, lang: str | None, instruction: str) -> Plan | None:
     if pairs:
         found = _using(lines, units, [old for old, _ in pairs])
         reason = "rename " + ", ".join(f"{old} -> {new}" for old, new in pairs)
+    elif (place := _new_method_place(units, defs, instruction)) is not None:
+        found = [place, *(u for u in units if u.why == "imports")]
+        reason = f"a new method after {place.name}"
     else:
         found = _named(units, defs, instruction)
         reason = "names " + ", ".join(p.name for p in found) if found else ""
@@ -189,6 +205,9 @@ def part_request(backend: Backend, prepared: PreparedEdit, part: Part) -> Prepar
         filename=source.name,
         outline=describe_outline(source.text, prepared.lang),
     )
+    if part.why == "append":
+        head, tail = note.split("\n\nThe definitions of", 1)
+        note = head + APPEND_NOTE.format(kind="method") + "\n\nThe definitions of" + tail
     conv = conversation(
         backend.template, code=code, instruction=note, filename=source.name, lang=prepared.lang
     )
@@ -221,7 +240,8 @@ def reindent(code: str, indent: str) -> str:
 
 # -- units -------------------------------------------------------------------------------------
 def _units(text: str, lang: str | None, defs: list[Definition]) -> list[Part]:
-    """The file's units (module contract), in file order."""
+    """The file's units (module contract), in file order: leaf definitions, then each
+    top-level statement the definitions do not cover (imports grouped into runs)."""
     lines = text.splitlines()
     nested = {
         d.name for d in defs if any(o is not d and o.name.startswith(d.name + ".") for o in defs)
@@ -231,15 +251,21 @@ def _units(text: str, lang: str | None, defs: list[Definition]) -> list[Part]:
         for d in defs
         if d.name not in nested and not _inside_leaf(d, defs)
     ]
+    spans = [(d.start_line, d.end_line) for d in defs]
     found = scan(text, lang)
+    import_lines = {i.line for i in found.items if i.kind == "import"} if found else set()
     imports: list[Part] = []
-    for item in found.items if found is not None else []:
-        if item.kind in ("function", "class"):
-            continue
-        end = item.line + item.text.count("\n")
-        part = Part(item.name, item.line, end, "statement")
-        (imports if item.kind == "import" else units).append(part)
-    return _disjoint(units + _import_blocks(imports, units))
+    statements: list[Part] = []
+    tree = parse(text, lang)
+    for node in tree.root_node.named_children if tree is not None else []:
+        start, end = node.start_point[0] + 1, node.end_point[0] + 1
+        if "comment" in node.type or any(a <= end and start <= b for a, b in spans):
+            continue  # a definition (or a block holding one) is covered by its own units
+        name = f"line {start}"
+        (imports if start in import_lines else statements).append(
+            Part(name, start, end, "statement")
+        )
+    return _disjoint(units + statements + _import_blocks(imports, units + statements))
 
 
 def _import_blocks(imports: list[Part], units: list[Part]) -> list[Part]:
@@ -256,8 +282,6 @@ def _import_blocks(imports: list[Part], units: list[Part]) -> list[Part]:
              "imports" if i == 0 else "statement")
         for i, run in enumerate(runs)
     ]  # fmt: skip
-
-    return _disjoint(units)
 
 
 def _inside_leaf(d: Definition, defs: list[Definition]) -> bool:
@@ -302,16 +326,51 @@ def _using(lines: list[str], units: list[Part], names: list[str]) -> list[Part]:
 
 
 def _named(units: list[Part], defs: list[Definition], instruction: str) -> list[Part]:
-    """The units the instruction names; a named class with methods stands for nothing (the
-    whole file is safer) unless one of its methods is named too."""
-    named = [u for u in units if u.why == "definition" and names_in(u.name, instruction)]
-    classes = [d for d in defs if names_in(d.name, instruction) and "class" in d.kind]
+    """The units the instruction names (:func:`_mentions`); a named class with methods stands
+    for nothing (the whole file is safer) unless one of its methods is named too."""
+    lasts = Counter(u.name.rsplit(".", 1)[-1] for u in units)
+    named = [u for u in units if u.why == "definition" and _mentions(u.name, instruction, lasts)]
+    classes = [d for d in defs if "class" in d.kind and _mentions(d.name, instruction, lasts)]
     for d in classes:
         if not any(u.name.startswith(d.name + ".") for u in named) and not any(
             u.name == d.name for u in units
         ):
             return []
     return [replace(u, why="named") for u in named]
+
+
+def _mentions(name: str, instruction: str, lasts: Counter[str]) -> bool:
+    """Whether the instruction names the definition ``name``: its qualified name, or its
+    last part written as code (:func:`_as_code`) and either unique among the units or with
+    its class named too. A plain word ("the plain text", "a node type") is not a name."""
+    if "." in name and _word(name).search(instruction):
+        return True
+    owner, _, last = name.rpartition(".")
+    if not _as_code(last, instruction):
+        return False
+    return not owner or lasts[last] == 1 or _as_code(owner.rsplit(".", 1)[-1], instruction)
+
+
+def _as_code(word: str, instruction: str) -> bool:
+    """``word`` in the instruction as code: in backticks, called (``word(``), or spelled
+    like an identifier (an underscore, a capital or a digit: ``blend_rgb``, ``Color``)."""
+    if not names_in(word, instruction):
+        return False
+    if re.search(r"[_A-Z0-9]", word):
+        return True
+    return re.search(rf"`{re.escape(word)}`|(?<![\w$]){re.escape(word)}\(", instruction) is not None
+
+
+def _new_method_place(units: list[Part], defs: list[Definition], instruction: str) -> Part | None:
+    """For "add a method ... to class C": C's last method, after which the new one goes."""
+    m = ADD_METHOD_RE.search(instruction)
+    if m is None:
+        return None
+    cls = m.group(1)
+    methods = [u for u in units if u.why == "definition" and u.name.rpartition(".")[0] == cls]
+    if not methods or not any(d.name == cls and "class" in d.kind for d in defs):
+        return None
+    return replace(max(methods, key=lambda u: u.end), why="append")
 
 
 def _indent(lines: list[str]) -> str:

@@ -219,6 +219,10 @@ def test_parts_rows_beside_whole_file_rows(tiny_tokenizer, tmp_path):
     assert "unrelated" in parts
     quality = markdown(doc).split("\n\n")[2].splitlines()
     assert "| s vs whole |" in quality[0] and quality[-1].startswith("| adapld/parts | ")
+    only = dataclasses.replace(opts, methods=["adapld"], whole=False, save_outputs=None)
+    assert only.labels == ["adapld/parts"]
+    rows = BenchRunner(loaded, tasks, only).run()
+    assert [r["method"] for r in rows] == ["adapld/parts"] and rows[0]["plan"] is not None
 
 
 def _random_model(tokenizer, positions: int = 4096):

@@ -29,7 +29,6 @@ from adapld_cli.bench.report import PARTS_SUFFIX
 from adapld_cli.bench.stock import StockModel
 from adapld_cli.bench.tasks import Task
 from adapld_cli.bench.types import MethodRun
-from adapld_cli.edit.parts import plan_parts
 from adapld_cli.engine.settings import AdaPLDSettings
 
 WARMUP_TOKENS = 16
@@ -52,11 +51,13 @@ class BenchOptions:
     # also run each method as `adapld edit` edits a big file, rewriting only the parts its
     # plan names (edit.parts): rows labelled ``<method>/parts`` beside the whole-file ones
     parts: bool = False
+    whole: bool = True  # the whole-file rows (False: --parts-only)
 
     @property
     def labels(self) -> list[str]:
-        """The row labels: the methods, then ``<method>/parts`` for each with ``parts``."""
-        return self.methods + ([f"{m}{PARTS_SUFFIX}" for m in self.methods] if self.parts else [])
+        """The row labels: the methods (whole-file rows), then ``<method>/parts``."""
+        whole = self.methods if self.whole or not self.parts else []
+        return whole + ([f"{m}{PARTS_SUFFIX}" for m in self.methods] if self.parts else [])
 
 
 @dataclass
@@ -98,8 +99,9 @@ class BenchRunner:
             opts.template,
         )
         prepared = self._prepare(local)
-        if opts.warmup and prepared:
-            self._warmup(prepared[0][1])
+        warm = next((p for _, p in prepared if p.conversation is not None), None)
+        if opts.warmup and warm is not None:  # not a too-long file's (it has no prompt)
+            self._warmup(warm)
         total = len(prepared) * len(opts.labels)
         for task, prep in prepared:
             if opts.run_tests and task.tests and task.after is not None:
@@ -110,14 +112,18 @@ class BenchRunner:
         return self.rows
 
     def _prepare(self, local: Any) -> list[tuple[Task, Any]]:
-        """Each task's prompt as ``adapld edit`` builds it; tasks it refuses are skipped."""
+        """Each task's prompt as ``adapld edit`` builds it (with ``parts``, with its plan: a
+        file too long for a whole-file prompt is kept when a plan covers it); tasks it
+        refuses are skipped."""
         from adapld_cli.edit import EditError, decode_source, prepare
+        from adapld_cli.edit.parts import prepare_edit
 
         prepared: list[tuple[Task, Any]] = []
+        make = prepare_edit if self.options.parts else prepare
         for task in self.tasks:
             try:
                 source = decode_source(task.before.encode("utf-8"), task.filename)
-                prepared.append((task, prepare(local, source, task.instruction)))
+                prepared.append((task, make(local, source, task.instruction)))
             except EditError as exc:
                 self.skipped.append({"task": task.name, "reason": str(exc)})
                 if self.on_skip:
@@ -129,7 +135,9 @@ class BenchRunner:
         opts = self.options
         task_rows: list[dict[str, Any]] = []
         ar_row: dict[str, Any] | None = None
-        for method in opts.methods:
+        plan, prep = prep.plan, dataclasses.replace(prep, plan=None)
+        whole = opts.whole or not opts.parts
+        for method in opts.methods if whole and prep.conversation is not None else []:
             run, first, result, passed_at = self._attempts(local, method, prep, task)
             row = _row(task, method, run, result, first)
             self._judge_tests(row, task, first, result, passed_at)
@@ -144,9 +152,10 @@ class BenchRunner:
             task_rows.append(row)
             self._add(row, total)
         if opts.parts:
-            plan = plan_parts(prep.source.text, prep.lang, prep.instruction)
-            for row in list(task_rows):
-                self._add(self._parts_row(local, row, prep, plan, task), total)
+            wholes = {row["method"]: row for row in task_rows}
+            for method in opts.methods:
+                row = self._parts_row(local, method, wholes.get(method), prep, plan, task)
+                self._add(row, total)
         for row in task_rows:
             row.pop("_tokens", None)
 
@@ -156,18 +165,25 @@ class BenchRunner:
             self.on_row(row, len(self.rows), total)
 
     def _parts_row(
-        self, local: Any, whole: dict[str, Any], prep: Any, plan: Any, task: Task
+        self,
+        local: Any,
+        method: str,
+        whole: dict[str, Any] | None,
+        prep: Any,
+        plan: Any,
+        task: Task,
     ) -> dict[str, Any]:
-        """``whole``'s method on the parts of ``plan``; without a plan, as `adapld edit`
-        does, the whole-file row stands for it (same figures, ``plan`` None)."""
-        label = whole["method"] + PARTS_SUFFIX
-        if plan is None:
+        """``method`` on the parts of ``plan``. Without a plan `adapld edit` rewrites the
+        whole file: the whole-file row stands for it (same figures, ``plan`` None), or is
+        measured now under this label when there is none (``--parts-only``)."""
+        label = method + PARTS_SUFFIX
+        if plan is None and whole is not None:
             row = {k: v for k, v in whole.items() if k != "_tokens"}
             return {**row, "method": label, "plan": None}
         planned = dataclasses.replace(prep, plan=plan)
-        run, first, result, passed_at = self._attempts(local, whole["method"], planned, task)
+        run, first, result, passed_at = self._attempts(local, method, planned, task)
         row = _row(task, label, run, result, first)
-        row["plan"] = plan.as_dict()
+        row["plan"] = plan.as_dict() if plan is not None else None
         self._judge_tests(row, task, first, result, passed_at)
         if self.options.save_outputs:
             _save(self.options.save_outputs, task, label.replace("/", "-"), result.new_text)

@@ -71,6 +71,7 @@ _HELPS = {
     "parts its plan names (rows `<method>/parts`; a task without a plan repeats the whole-file "
     "row): time and tokens against the whole-file rewrite, and with a task's `touches` the "
     "results that change anything else (e.g. --tasks adapld_cli/bench/bigfiles.jsonl).",
+    "--parts-only": "As --parts, without the whole-file rows.",
     "--attempts": "Generations per task and method, as `adapld edit --attempts` (a refused or "
     "unchanged result is asked for again with the reason); reports pass@1 of the first "
     "attempt and the last. Default: 1.",
@@ -128,6 +129,7 @@ def bench(
     prompt: Annotated[str | None, _opt("--prompt", _G, "NAME|FILE")] = None,
     attempts: Annotated[int, _opt("--attempts", _G, "N", min=1)] = 1,
     parts: Annotated[bool, _opt("--parts", _G)] = False,
+    parts_only: Annotated[bool, _opt("--parts-only", _G)] = False,
     adapld_set: Annotated[list[str] | None, _opt("--set", _G, "KEY=VALUE")] = None,
     warmup: Annotated[bool, _opt("--warmup/--no-warmup", _G, show_default=True)] = True,
     verify_cost: Annotated[bool, _opt("--verify-cost", _G)] = False,
@@ -173,7 +175,8 @@ def bench(
                 save_outputs=str(save_outputs) if save_outputs else None,
                 attempts=attempts,
                 test_feedback=test_feedback,
-                parts=parts,
+                parts=parts or parts_only,
+                whole=not parts_only,
             )
             task_list = load_tasks(
                 tasks, instruction=instruction, limit=limit, offset=offset, names=task_names

@@ -5,15 +5,20 @@ method of a real 600-line module (``rich/color.py``) through the parts."""
 from __future__ import annotations
 
 import difflib
-import re
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import pytest
 
 from adapld_cli.edit import EditOptions, decode_source, prepare
 from adapld_cli.edit.judge import Status, judge
-from adapld_cli.edit.parts import MIN_LINES, generate, plan_parts, planned, reindent
+from adapld_cli.edit.parts import (
+    MIN_LINES,
+    generate,
+    plan_parts,
+    planned,
+    reindent,
+    rename_only,
+)
 from adapld_cli.edit.prompt import load_template
 from adapld_cli.edit.request import Generation
 from adapld_cli.engine.types import Stats
@@ -129,7 +134,9 @@ def test_parts_are_spliced_and_every_other_byte_is_kept():
     text = module().replace("return helper(y)", "return y")
     src = decode_source(text.encode(), "big.py")
     backend = Rewriter(lambda code: code.replace("helper", "assist"))
-    prepared = planned(backend, prepare(backend, src, "Rename helper to assist"))
+    instruction = "Rename helper to assist and say so in its docstring"  # not a rename only
+    prepared = planned(backend, prepare(backend, src, instruction))
+    assert not prepared.plan.mechanical
     generation = generate(backend, prepared)
     assert [p.source.text.splitlines()[0] for p in backend.seen] == [
         "def load(self, path):",  # dedented
@@ -140,6 +147,32 @@ def test_parts_are_spliced_and_every_other_byte_is_kept():
     assert result.status is Status.CHANGED and result.plan is prepared.plan
     assert result.new_text == text.replace("helper", "assist")
     assert generation.tokens == [7, 7] and generation.stats.new_tokens == 2
+
+
+@pytest.mark.parametrize(
+    ("instruction", "only"),
+    [
+        ("Rename helper to assist", True),
+        ("Rename the function `helper` to `assist` (shorter) and update every call.", True),
+        ("rename helper to assist and update every place that calls it", True),
+        ("Rename helper to assist and add a docstring to it", False),
+        ("rename helper to assist, then make it faster", False),
+    ],
+)
+def test_rename_only(instruction, only):
+    assert rename_only(instruction) is only
+
+
+def test_a_rename_only_is_made_without_the_model():
+    text = module().replace("return helper(y)", "return y") + "helpers = [1]\n"
+    src = decode_source(text.encode(), "big.py")
+    backend = Rewriter(lambda code: pytest.fail("the model was asked"))
+    prepared = planned(backend, prepare(backend, src, "Rename helper to assist"))
+    assert prepared.plan.mechanical and prepared.plan.renames == (("helper", "assist"),)
+    result = judge(prepared, generate(backend, prepared))
+    assert result.status is Status.CHANGED and result.stats.new_tokens == 0
+    assert result.new_text == text.replace("helper(", "assist(")  # whole words only
+    assert result.new_text.endswith("helpers = [1]\n")
 
 
 def test_a_part_that_breaks_the_file_is_refused_as_a_whole():
@@ -158,35 +191,31 @@ def test_whole_file_option_and_repairs_have_no_plan():
 
 
 @pytest.mark.real
-def test_rich_color_rename_through_parts(tmp_path):
-    """The issue's case: a rename in a 621-line real module rewrites the one method."""
-    import rich.color
-
+def test_rich_color_error_case_through_parts():
+    """A real 621-line module: the model rewrites the two parts the instruction names (the
+    import block and ``blend_rgb``), and nothing outside them changes."""
+    from adapld_cli.bench.tasks import module_source
     from adapld_cli.edit import LocalModel
     from adapld_cli.edit.run import edit_file
     from adapld_cli.model import load
 
-    text = Path(rich.color.__file__).read_text(encoding="utf-8")
-    if "    def downgrade(self" not in text:
-        pytest.skip("this rich has no Color.downgrade")
+    text = module_source("rich.color")
+    if text is None or "\ndef blend_rgb(" not in text:
+        pytest.skip("this rich has no blend_rgb")
     src = decode_source(text.encode(), "color.py")
     local = LocalModel(load(device="cpu"), EditOptions(attempts=1))
-    instruction = "Rename the method downgrade to to_system and update every call"
+    instruction = "Make `blend_rgb` raise ValueError when `cross_fade` is below 0 or above 1."
     result = edit_file(local, src, instruction)
     assert result.status is Status.CHANGED, result.message
-    assert [p.name for p in result.plan.parts] == ["Color.downgrade"]
-    assert "    def to_system(self" in result.new_text
-    assert not re.search(r"def downgrade\b", result.new_text)
-    part = result.plan.parts[0]
-    changed = [
-        (op, a, b)
-        for op, a, b, _, _ in difflib.SequenceMatcher(
-            None, text.splitlines(), result.new_text.splitlines()
-        ).get_opcodes()
-        if op != "equal"
-    ]
-    assert all(part.start - 1 <= a and b <= part.end for _, a, b in changed), changed
-    assert result.stats.new_tokens < 1500  # the part, not the file's ~5,800 tokens
+    assert [p.name for p in result.plan.parts] == ["imports", "blend_rgb"]
+    assert "raise ValueError" in result.new_text
+    spans = [(p.start - 1, p.end) for p in result.plan.parts]
+    for op, a, b, _, _ in difflib.SequenceMatcher(
+        None, text.splitlines(), result.new_text.splitlines()
+    ).get_opcodes():
+        if op != "equal":
+            assert any(s <= a and b <= e for s, e in spans), (op, a, b)
+    assert 0 < result.stats.new_tokens < 1500  # the parts, not the file's ~5,800 tokens
 
 
 def test_a_file_too_long_for_the_context_is_edited_by_its_parts(tiny_tokenizer):

@@ -56,6 +56,11 @@ def test_rename_not_made_is_found():
     assert check(kept) == "does not make the rename: `downgrade` is still defined"
 
 
+def test_a_rename_that_renames_another_definition_too_is_found():
+    both = PY.replace("downgrade", "to_system").replace("def other", "def to_system_other")
+    assert check(both) == "renames or removes `other`, which the instruction does not name"
+
+
 def test_rename_of_a_name_the_file_does_not_define_is_not_checked():
     other = "def f():\n    return 1\n"
     assert check(other.replace("1", "2"), before=other) is None

@@ -38,11 +38,11 @@ from adapld_cli.edit.errors import TooLongError
 from adapld_cli.edit.files.source import SourceFile, decode_source
 from adapld_cli.edit.guard.intent import names_in
 from adapld_cli.edit.guard.scan import is_structural, scan
-from adapld_cli.edit.guard.unasked import rename_pairs
+from adapld_cli.edit.guard.unasked import RENAME_PAIR_RE, rename_pairs
 from adapld_cli.edit.prompt import Prompt, conversation, extract_file
 from adapld_cli.edit.request import Backend, Generation, PreparedEdit, fit, prepare
 from adapld_cli.edit.syntax import Definition, language_for, outline, parse
-from adapld_cli.engine.types import GenerationConfig, StepEvent
+from adapld_cli.engine.types import GenerationConfig, Stats, StepEvent
 
 MIN_LINES = 200  # shorter files are rewritten whole: a part saves little, context helps more
 MAX_SHARE = 0.5  # parts covering more of the file than this: rewrite it whole
@@ -51,6 +51,13 @@ OUTLINE_ENTRIES = 80  # definitions listed in a part's prompt at most
 ADD_METHOD_RE = re.compile(
     r"\badd(?:s|ing)?\s+(?:an?\s+)?(?:new\s+)?(?:\S+\s+){0,2}?method\b[^.]*?\b(?:to|in)\s+"
     r"(?:the\s+)?(?:class\s+)?`?([A-Z]\w*)`?",
+    re.IGNORECASE,
+)
+# what may follow a rename for the instruction to ask for the rename only
+UPDATE_CALLS_RE = re.compile(
+    r"\b(?:update|change|fix|adjust|rename)\s+(?:every|all|each|the|its|any)?\s*(?:of\s+)?"
+    r"(?:the\s+)?(?:\w+\s+){0,2}?(?:calls?|uses?|usages?|references?|callers?|places?|sites?|"
+    r"occurrences?|mentions?)\b(?:\s+sites?)?(?:\s+(?:that|which|where|to|of)\b[^.;]*)?",
     re.IGNORECASE,
 )
 APPEND_NOTE = (
@@ -84,11 +91,16 @@ class Plan:
 
     parts: tuple[Part, ...]
     reason: str
+    renames: tuple[tuple[str, str], ...] = ()  # (old, new) of a rename plan
+    # the instruction asks for the rename(s) and nothing else: made in the parts as a
+    # refactoring tool makes it, whole-word, without the model (docs/usage.md#big-files)
+    mechanical: bool = False
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "reason": self.reason,
             "parts": [{"name": p.name, "lines": [p.start, p.end]} for p in self.parts],
+            "mechanical": self.mechanical,
         }
 
 
@@ -116,7 +128,7 @@ def plan_parts(text: str, lang: str | None, instruction: str) -> Plan | None:
     parts = tuple(sorted(set(found), key=lambda p: p.start))
     if sum(p.end - p.start + 1 for p in parts) > MAX_SHARE * len(lines):
         return None
-    return Plan(parts, reason)
+    return Plan(parts, reason, tuple(pairs), bool(pairs) and rename_only(instruction))
 
 
 def planned(backend: Backend, prepared: PreparedEdit) -> PreparedEdit:
@@ -166,6 +178,8 @@ def generate(
     plan = prepared.plan
     if plan is None:
         return backend.generate(prepared, on_event)
+    if plan.mechanical:
+        return _renamed(prepared, plan, backend.options.method)
     from adapld_cli.edit.repair import combined_stats
 
     lines = prepared.source.text.splitlines(keepends=True)
@@ -187,6 +201,30 @@ def generate(
     fence = prepared.prompt.fence
     text = spliced + ("" if spliced.endswith("\n") else "\n") + fence
     return Generation(text, stats, "stop_string", tokens, plan)
+
+
+def rename_only(instruction: str) -> bool:
+    """Whether ``instruction`` asks for its renames and nothing else: once the ``rename X to
+    Y`` clauses and parentheses are gone, at most "and update every call" (use, reference,
+    caller, place ... that ...) is left."""
+    rest = RENAME_PAIR_RE.sub(" ", re.sub(r"\([^)]*\)", " ", instruction))
+    rest = re.sub(r"\b(?:and|then|also)\b", " ", rest, flags=re.IGNORECASE)
+    rest = UPDATE_CALLS_RE.sub(" ", rest)
+    return not re.sub(r"[\s.,;:!]+", "", rest)
+
+
+def _renamed(prepared: PreparedEdit, plan: Plan, method: str) -> Generation:
+    """A mechanical rename plan's answer: each part with every whole-word ``old`` replaced by
+    ``new``, spliced; no token generated."""
+    lines = prepared.source.text.splitlines(keepends=True)
+    for part in reversed(plan.parts):
+        code = "".join(lines[part.start - 1 : part.end])
+        for old, new in plan.renames:
+            code = _word(old).sub(new, code)
+        lines[part.start - 1 : part.end] = [code]
+    spliced = "".join(lines)
+    text = spliced + ("" if spliced.endswith("\n") else "\n") + prepared.prompt.fence
+    return Generation(text, Stats(method=method), "stop_string", [], plan)
 
 
 def part_request(backend: Backend, prepared: PreparedEdit, part: Part) -> PreparedEdit:

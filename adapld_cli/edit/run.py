@@ -290,8 +290,9 @@ class _Run:
         if prepared.plan is not None:
             names = ", ".join(p.name for p in prepared.plan.parts)
             whole = "" if prepared.conversation else " (too long for the context as a whole)"
+            verb = "renaming in" if prepared.plan.mechanical else "rewriting"
             self.view.info(
-                f"{item.name}: rewriting {len(prepared.plan.parts)} part(s){whole}: {names}"
+                f"{item.name}: {verb} {len(prepared.plan.parts)} part(s){whole}: {names}"
             )
         return Attempts(backend, prepared)
 

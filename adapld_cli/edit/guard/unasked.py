@@ -73,6 +73,10 @@ def _rename_not_made(before: str, after: str, language: str | None, instruction:
             return f"does not make the rename: `{new}` appears nowhere"
         if old in new_defs and new not in old_defs:
             return f"does not make the rename: `{old}` is still defined"
+    olds = {old for old, _ in pairs}
+    gone = [n for n in sorted(old_defs - new_defs - olds) if not names_in(n, instruction)]
+    if gone:
+        return f"renames or removes `{gone[0]}`, which the instruction does not name"
     return None
 
 

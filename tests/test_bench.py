@@ -223,6 +223,11 @@ def test_parts_rows_beside_whole_file_rows(tiny_tokenizer, tmp_path):
     assert only.labels == ["adapld/parts"]
     rows = BenchRunner(loaded, tasks, only).run()
     assert [r["method"] for r in rows] == ["adapld/parts"] and rows[0]["plan"] is not None
+    # a rename and nothing else: made without the model, no token, still timed and judged
+    renamed = dataclasses.replace(tasks[0], instruction="Rename f3 to g3", touches=("f3", "g3"))
+    rows = BenchRunner(loaded, [renamed], only).run()
+    assert rows[0]["plan"]["mechanical"] and rows[0]["new_tokens"] == 0
+    assert rows[0]["status"] == "changed" and rows[0]["unrelated"] == []
 
 
 def _random_model(tokenizer, positions: int = 4096):

@@ -230,8 +230,9 @@ class BenchRunner:
         attempts = Attempts(local, prep)
         for attempt in attempts:
             timed = _Timed(self, local, method, prefix)
+            started = time.perf_counter()
             generation = generate(timed, attempt.prepared)
-            run = timed.run(generation.stats)
+            run = timed.run(generation, time.perf_counter() - started)
             runs.append(run)
             result = judge(attempt.prepared, generation, force=local.options.force)
             if opts.test_feedback and task.tests and result.status is Status.CHANGED:
@@ -293,17 +294,19 @@ class _Timed:
         self.runs.append(run)
         return self.local.generation(run.tokens, run.stats, run.stop_reason)
 
-    def run(self, stats: Any) -> MethodRun:
-        """The attempt as one run: its generations' tokens, ``stats`` (theirs combined), the
-        last stop reason, their wall times added, the highest peak memory."""
-        if len(self.runs) == 1:
+    def run(self, generation: Any, wall_s: float) -> MethodRun:
+        """The attempt as one run. A whole-file prompt: its one generation's measure. A
+        plan's: the parts' tokens, the generation's combined ``stats``, and ``wall_s``, the
+        whole of it (the parts' prompts built, generated, spliced; a mechanical rename
+        generates nothing and takes only that), the highest peak memory."""
+        if generation.plan is None and len(self.runs) == 1:
             return self.runs[0]
         peaks = [r.extra["peak_rss_mb"] for r in self.runs if r.extra.get("peak_rss_mb")]
         return MethodRun(
             [t for r in self.runs for t in r.tokens],
-            stats,
-            self.runs[-1].stop_reason,
-            sum(r.wall_s for r in self.runs),
+            generation.stats,
+            generation.stop_reason,
+            wall_s,
             extra={"peak_rss_mb": max(peaks)} if peaks else {},
         )
 
@@ -353,7 +356,8 @@ def _save(folder: str, task: Task, method: str, text: str) -> None:
 
     out = Path(folder)
     out.mkdir(parents=True, exist_ok=True)
-    stem = task.filename.removesuffix(".py")
+    # a module's tasks share its file name: name their outputs by task
+    stem = task.name if task.file else task.filename.removesuffix(".py")
     (out / f"{stem}.{method}.py").write_text(text, encoding="utf-8")
 
 

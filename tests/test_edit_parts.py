@@ -1,6 +1,7 @@
-"""Big files part by part (:mod:`adapld_cli.edit.parts`): the plan, with the real tree-sitter
-grammar; the splice, every byte outside the parts kept; and the embedded model renaming a
-method of a real 600-line module (``rich/color.py``) through the parts."""
+"""Big files part by part (:mod:`adapld_cli.edit.plan`, :mod:`adapld_cli.edit.parts`): the
+plan, with the real tree-sitter grammar; the splice, every byte outside the parts kept; a
+rename made without the model; and the embedded model editing a function of a real 621-line
+module (``rich/color.py``) through its parts."""
 
 from __future__ import annotations
 
@@ -11,14 +12,8 @@ import pytest
 
 from adapld_cli.edit import EditOptions, decode_source, prepare
 from adapld_cli.edit.judge import Status, judge
-from adapld_cli.edit.parts import (
-    MIN_LINES,
-    generate,
-    plan_parts,
-    planned,
-    reindent,
-    rename_only,
-)
+from adapld_cli.edit.parts import generate, planned, reindent
+from adapld_cli.edit.plan import MIN_LINES, plan_parts, rename_only
 from adapld_cli.edit.prompt import load_template
 from adapld_cli.edit.request import Generation
 from adapld_cli.engine.types import Stats

@@ -1,12 +1,16 @@
-"""`adapld model info`, `adapld model prepare` and `adapld model clean`.
+"""`adapld model info`, `adapld model list`, `adapld model prepare` and `adapld model clean`.
 
-Contract: ``info`` prints what model adapld would use, where its files are, their size, the
-cache state and the device/dtype it would run on, then every embedded model with its state —
-human-readable on stdout, or one JSON object with ``--json`` (the embedded models under
-``embedded_models``); it loads no weights and never touches the network. ``prepare`` does the
-one-time work now (assemble + convert an embedded model, convert a .gguf, download a hub
-model) and prints the ready folder on stdout. ``clean`` removes converted caches nothing will
-load again and prints one line per removed path. Errors: one line on stderr, exit 2.
+Contract: ``list`` prints every model adapld can load by name here: the embedded ones and
+the GGUFs of Ollama, LM Studio and the Hugging Face cache, each with the ``--model`` string
+to use, its size, architecture and whether the exact 4-bit kernels cover it (``--json``: a
+list of objects); it reads file headers only. ``info`` prints what model adapld would use,
+where its files are, their size, the cache state and the device/dtype it would run on, then
+every embedded model with its state — human-readable on stdout, or one JSON object with
+``--json`` (the embedded models under ``embedded_models``); it loads no weights and never
+touches the network. ``prepare`` does the one-time work now (assemble + convert an embedded
+model, convert a .gguf, download a hub model) and prints the ready folder on stdout.
+``clean`` removes converted caches nothing will load again and prints one line per removed
+path. Errors: one line on stderr, exit 2.
 """
 
 from __future__ import annotations
@@ -120,6 +124,39 @@ def info(
         typer.echo(json.dumps({**data, "embedded_models": models}, indent=2))
     else:
         typer.echo(_human(data) + _embedded_table(models))
+
+
+@model_app.command("list")
+def list_models(
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON list on stdout.")] = False,
+) -> None:
+    """Every model adapld can load by name here: embedded, Ollama, LM Studio, the Hugging
+    Face cache (GGUF files)."""
+    from adapld_cli.model.info import embedded_models, gguf_facts
+    from adapld_cli.model.stores import listing
+
+    rows = [
+        {"model": m["name"], "store": "embedded", "size_bytes": m.get("size_bytes"),
+         "state": m.get("state"), "architecture": "qwen2", "kernels": None}
+        for m in embedded_models()
+    ]  # fmt: skip
+    for stored in listing():
+        facts = gguf_facts(stored.path)
+        rows.append(
+            {"model": stored.spec, "store": stored.store, "size_bytes": stored.size,
+             "path": str(stored.path), "architecture": facts["architecture"],
+             "types": facts["types"], "kernels": facts["kernels"]}
+        )  # fmt: skip
+    if as_json:
+        typer.echo(json.dumps(rows, indent=2))
+        return
+    width = max(len(r["model"]) for r in rows)
+    for r in rows:
+        fast = "4-bit kernels" if r["kernels"] is None else f"bf16 ({r['kernels']})"
+        typer.echo(
+            f"{r['model']:<{width}}  {r['store']:<11} {_size(r['size_bytes']):>8}  "
+            f"{r['architecture'] or '?':<8} {fast}"
+        )
 
 
 @model_app.command("prepare")

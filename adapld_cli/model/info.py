@@ -134,3 +134,30 @@ def embedded_models(quantized: bool = False) -> list[dict[str, Any]]:
             }
         )
     return rows
+
+
+def gguf_facts(path: Path) -> dict[str, Any]:
+    """A GGUF's architecture and tensor types, read from its header (no tensor data), and
+    whether adapld's exact 4-bit CPU kernels cover it (``kernels``: ``None`` when they do,
+    else the reason it runs on dequantised bfloat16 weights)."""
+    from gguf import GGUFReader
+
+    from adapld_cli.model.convert import QUANT_TYPES
+
+    try:
+        reader = GGUFReader(str(path), "r")
+    except (OSError, ValueError) as exc:
+        return {"architecture": None, "types": [], "kernels": f"not a readable GGUF ({exc})"}
+    field = reader.fields.get("general.architecture")
+    arch = bytes(field.parts[field.data[0]]).decode("utf-8") if field is not None else None
+    types = sorted({t.tensor_type.name for t in reader.tensors})
+    floats = {"F32", "F16", "BF16"}
+    other = [t for t in types if t not in floats and t not in QUANT_TYPES]
+    why = None
+    if arch != "qwen2":
+        why = f"architecture {arch}: the 4-bit kernels cover Qwen2"
+    elif not any(t in QUANT_TYPES for t in types):
+        why = f"no {' or '.join(QUANT_TYPES)} tensors"
+    elif other:
+        why = f"{', '.join(other)} tensors: the 4-bit kernels cover {', '.join(QUANT_TYPES)}"
+    return {"architecture": arch, "types": types, "kernels": why}

@@ -4,7 +4,9 @@ Contract:
 - :func:`resolve_spec`: ``--model`` value, else ``$ADAPLD_MODEL``, else the default embedded
   model's name (``coder-1.5b``).
 - :func:`classify`: an embedded model's name (``coder-1.5b``, ``coder-0.5b``; ``embedded`` is the
-  default one) is ``"embedded"``; an existing ``.gguf`` file (or a folder holding exactly one
+  default one) is ``"embedded"``; a reference to another tool's store (``ollama:NAME[:TAG]``,
+  ``lmstudio:PUBLISHER/REPO``, ``ORG/NAME:QUANT`` in the Hugging Face cache:
+  :mod:`adapld_cli.model.stores`) and an existing ``.gguf`` file (or a folder holding exactly one
   ``.gguf`` and no ``config.json``) is ``"gguf"``; an existing folder is ``"local"``; anything
   else that does not look like a path is a Hugging Face hub id (``"hub"``).
 - :func:`prepare`: the one-time work (embedded: assemble + verify + convert, then remove the
@@ -28,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from adapld_cli.model import fused, kernels, lean
+from adapld_cli.model import fused, kernels, lean, stores
 from adapld_cli.model.assemble import (
     assemble,
     locate_embedded_parts,
@@ -133,6 +135,9 @@ def classify(spec: str | None) -> Target:
     known = embedded_model(spec)
     if known is not None:
         return Target(EMBEDDED, spec, known.name, embedded=known)
+    stored = stores.find(spec)  # ollama:NAME, lmstudio:PUB/REPO, ORG/NAME:QUANT (HF cache)
+    if stored is not None:
+        return Target("gguf", spec, spec, stored.resolve())
     path = Path(spec).expanduser()
     if path.is_file():
         if path.suffix.lower() != ".gguf":

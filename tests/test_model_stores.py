@@ -102,7 +102,7 @@ def test_model_list_shows_every_store(layout):
     assert human.exit_code == 0 and "ollama:tiny-coder:1b" in human.stdout
 
 
-def test_a_stored_model_loads_as_its_file_does(layout, tmp_path, monkeypatch):
+def test_a_stored_model_loads_as_its_file_does(layout):
     """The same weights and the same greedy tokens from the store and from the file."""
     import torch
 
@@ -110,7 +110,6 @@ def test_a_stored_model_loads_as_its_file_does(layout, tmp_path, monkeypatch):
     from adapld_cli.engine.types import GenerationConfig
     from adapld_cli.model import load
 
-    monkeypatch.setenv("ADAPLD_HOME", str(tmp_path / "adapld-home"))
     outputs = []
     for spec in (str(layout["gguf"]), "ollama:tiny-coder:1b", "acme/tiny-GGUF:Q4_K_M"):
         loaded = load(spec, device="cpu", dtype="float32")

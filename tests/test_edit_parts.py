@@ -179,6 +179,28 @@ def test_a_part_that_breaks_the_file_is_refused_as_a_whole():
     assert result.status is Status.REFUSED and "does not parse" in result.message
 
 
+def test_an_import_block_answer_with_more_than_imports_is_dropped():
+    text = module()
+    src = decode_source(text.encode(), "big.py")
+
+    def edit(code: str) -> str:
+        if code.startswith("import os"):  # the import block: an import, and code that is not
+            return code + "import re\n\nclass Store:\n    def clear(self):\n        pass\n"
+        return code.replace("return helper(y)", "return helper(y) or 0")
+
+    backend = Rewriter(edit)
+    prepared = planned(backend, prepare(backend, src, "Make f3 raise ValueError"))
+    result = judge(prepared, generate(backend, prepared))
+    assert result.status is Status.CHANGED
+    assert result.new_text.startswith("import os\nimport sys\n\nLIMIT")  # block kept as it was
+    assert "return helper(y) or 0" in result.new_text
+    ok = Rewriter(lambda code: code + "import re\n" if code.startswith("import os") else code)
+    prepared = planned(ok, prepare(ok, src, "Make f3 raise ValueError"))
+    assert judge(prepared, generate(ok, prepared)).new_text.startswith(
+        "import os\nimport sys\nimport re\n"
+    )
+
+
 def test_whole_file_option_and_repairs_have_no_plan():
     src = decode_source(module().encode(), "big.py")
     backend = Rewriter(lambda code: code, EditOptions(parts=False))

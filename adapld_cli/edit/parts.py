@@ -10,7 +10,8 @@ Contract:
   plan goes to the backend as it is; a mechanical rename is made whole-word in the parts
   with no token generated; otherwise each part is asked for on its own (the instruction,
   where the part sits, the file's outline, the part's code dedented: the part is the draft
-  source) and the answers are re-indented and spliced into the original. The result is a
+  source) and the answers are re-indented and spliced into the original; an import block's
+  answer that adds anything but imports is dropped (:func:`imports_only`). The result is a
   :class:`~adapld_cli.edit.request.Generation` of the whole file, judged like any other.
   A part that hits its token limit ends the attempt there (judged as truncated).
 - A repair attempt rewrites the whole file (its prompt is built without a plan).
@@ -108,6 +109,9 @@ def generate(
         code, closed = extract_file(answer.text, request.prompt.fence, trailing_newline=True)
         if not closed and answer.stop_reason not in ("eos", "stop_string"):
             return Generation(answer.text, stats, answer.stop_reason, tokens, plan)
+        original = "".join(lines[part.start - 1 : part.end])
+        if part.why == "imports" and not imports_only(original, code, prepared.lang):
+            code = textwrap.dedent(original)  # the block is there for imports, nothing else
         done[part] = reindent(code, _indent(lines[part.start - 1 : part.end]))
     for part in reversed(plan.parts):
         lines[part.start - 1 : part.end] = [done[part]]
@@ -129,6 +133,23 @@ def _renamed(prepared: PreparedEdit, plan: Plan, method: str) -> Generation:
     spliced = "".join(lines)
     text = spliced + ("" if spliced.endswith("\n") else "\n") + prepared.prompt.fence
     return Generation(text, Stats(method=method), "stop_string", [], plan)
+
+
+def imports_only(before: str, after: str, lang: str | None) -> bool:
+    """Whether ``after`` (an import block's answer) adds nothing but imports to ``before``:
+    asked for the block beside the instruction, the model also wrote the new code there (a
+    second class holding the new method, a ``def Class.method``): such an answer is dropped
+    and the block kept as it was."""
+    from adapld_cli.edit.guard.scan import scan
+    from adapld_cli.edit.syntax import first_syntax_error
+
+    if first_syntax_error(after, lang) is not None:
+        return False
+    old, new = scan(textwrap.dedent(before), lang), scan(after, lang)
+    if old is None or new is None:
+        return False
+    kept = {(i.name, i.kind) for i in old.items}
+    return all(i.kind == "import" or (i.name, i.kind) in kept for i in new.items)
 
 
 def part_request(backend: Backend, prepared: PreparedEdit, part: Part) -> PreparedEdit:

@@ -105,16 +105,20 @@ def test_verify_cost_curve_shape():
 
     def seen(_module, args, kwargs):
         cache = kwargs.get("cache", kwargs.get("past_key_values"))
-        passes.append((args[0].shape[-1], cache.get_seq_length()))
+        ids = kwargs.get("input_ids", args[0] if args else None)
+        passes.append((ids.shape[-1], cache.get_seq_length()))
 
-    hook = model.register_forward_pre_hook(seen, with_kwargs=True)
+    hook = model.base_model.register_forward_pre_hook(seen, with_kwargs=True)
     try:
         points = measure(model, context=1000, sizes=(1, 2, 64), repeats=2)
     finally:
         hook.remove()
-    # the cache is filled once (shortened to fit the largest pass), then each size runs one
-    # warm-up pass and `repeats` timed ones, every one over the same cache (cropped back)
-    assert passes == [(960, 0)] + [(n, 960) for n in (1, 2, 64) for _ in range(3)]
+    # a short warm-up prefill on a cache of its own; then the cache is filled once through
+    # the engine's runner (shortened to fit the largest pass, in prefill chunks), then each
+    # size runs one warm-up pass and `repeats` timed ones, every one over the same cache
+    # (kept back to its length)
+    prefill = [(256, 0), (256, 256), (256, 512), (192, 768)]
+    assert passes == [(64, 0), *prefill] + [(n, 960) for n in (1, 2, 64) for _ in range(3)]
     assert [p.n for p in points] == [1, 2, 64]
     assert points[0].ratio == 1.0  # each ratio is its median over the n = 1 median
     assert all(p.ratio == pytest.approx(p.ms / points[0].ms) for p in points)
@@ -141,7 +145,7 @@ def test_verify_cost_curve_through_static_passes():
         points = measure(model, context=100, sizes=(1, 4), repeats=2, graphs=True)
     finally:
         hook.remove()
-    assert passes == [(100, 0)] + [(b, 100) for b in (1, 5) for _ in range(3)]  # buckets
+    assert passes == [(64, 0), (100, 0)] + [(b, 100) for b in (1, 5) for _ in range(3)]
     assert [p.n for p in points] == [1, 4] and points[0].ratio == 1.0
     passes.clear()
     hook = model.base_model.register_forward_pre_hook(seen, with_kwargs=True)
@@ -149,7 +153,7 @@ def test_verify_cost_curve_through_static_passes():
         points = measure(model, context=100, sizes=(1, 4), repeats=2, uniform=True)
     finally:
         hook.remove()
-    assert passes == [(100, 0)] + [(80, 100)] * 6
+    assert passes == [(64, 0), (100, 0)] + [(80, 100)] * 6
     assert [p.n for p in points] == [1, 4]
     from adapld_cli.engine.kvcache import GrowingLayer
 
@@ -299,3 +303,22 @@ def test_interrupted_run_keeps_rows_and_exits_130(tiny_models, tmp_path):
     from adapld_cli.bench.meta import cpu_isa
 
     assert doc["meta"]["cpu_isa"] == cpu_isa()  # e.g. AVX512+AMX: where numbers came from
+
+
+def test_cli_verify_cost_over_several_contexts(tiny_models):
+    """``--context`` takes several cache lengths: one table each, in order, with the prefill
+    rate, the ratio to the first context's same n, and the pass's parts (the native
+    attention where it runs, the LM head, the rest); a bad list is a usage error."""
+    model = str(tiny_models["rename"])
+    base = ["bench", "--verify-cost", "--model", model, "--threads", "1"]
+    r = CliRunner().invoke(app, [*base, "--context", "100,300"])
+    assert r.exit_code == 0, r.stderr
+    tables = [t.splitlines() for t in r.stdout.split("\n\n")]
+    assert [t[0].split("-token cache")[0].split()[-1] for t in tables] == ["100", "300"]
+    assert all("tok/s" in t[0] for t in tables)
+    assert tables[0][1].split() == ["n", "ms", "x", "n=1", "attention", "lm", "head", "rest"]
+    assert "x first" in tables[1][1]
+    for t in tables:
+        assert [int(line.split()[0]) for line in t[2:]] == list(SIZES)
+    r = CliRunner().invoke(app, [*base, "--context", "many"])
+    assert r.exit_code == 2 and "--context" in r.stderr

@@ -82,7 +82,9 @@ _HELPS = {
     "device's (on CUDA: uniform, planes, span=512).",
     "--warmup/--no-warmup": "Warm every method up first.",
     "--verify-cost": "Run nothing else: print what one forward over n = 1..64 new tokens costs "
-    "on a ~1,000-token cache (ms and ratio to n = 1, median of 5) on the loaded model; exit.",
+    "on a cache of --context tokens (ms, ratio to n = 1 and to the first context, median of 5; "
+    "the attention kernel and the LM head alone) and the prefill rate; exit.",
+    "--context": "--verify-cost's cache lengths, comma-separated (e.g. 1000,8000,16000).",
     "--json": "Write the JSON report ('-' = stdout).",
     "--markdown": "Write Markdown tables ('-' = stdout).",
     "--plot": "Write a PNG plot (speedup per task; accepted length).",
@@ -133,6 +135,7 @@ def bench(
     adapld_set: Annotated[list[str] | None, _opt("--set", _G, "KEY=VALUE")] = None,
     warmup: Annotated[bool, _opt("--warmup/--no-warmup", _G, show_default=True)] = True,
     verify_cost: Annotated[bool, _opt("--verify-cost", _G)] = False,
+    context: Annotated[str, _opt("--context", _G, "LIST", show_default=True)] = "1000",
     json_out: Annotated[str | None, _opt("--json", _O, "FILE")] = None,
     markdown_out: Annotated[str | None, _opt("--markdown", _O, "FILE")] = None,
     plot_out: Annotated[Path | None, _opt("--plot", _O, "FILE.png")] = None,
@@ -162,7 +165,8 @@ def bench(
             code = _merged(console, from_json, out)
         elif verify_cost:
             settings = _settings(adapld_set or [])
-            code = _verify_cost(_load(model, device, dtype, threads, weights), settings)
+            contexts = _contexts(context)
+            code = _verify_cost(_load(model, device, dtype, threads, weights), settings, contexts)
         else:
             options = BenchOptions(
                 methods=parse_methods(methods),
@@ -226,12 +230,24 @@ def _load(
     return load_model(config)[0]
 
 
-def _verify_cost(loaded: Any, settings: Any = None) -> int:
-    """Print the verify-cost curve (:func:`adapld_cli.bench.verify_cost.curve_for`)."""
+def _contexts(text: str) -> tuple[int, ...]:
+    """``--context``'s comma-separated cache lengths, checked before any model loads."""
+    try:
+        values = tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        values = ()
+    if not values or min(values) < 1:
+        raise _Usage(f"--context {text!r}: give cache lengths, e.g. 1000,8000")
+    return values
+
+
+def _verify_cost(loaded: Any, settings: Any = None, contexts: tuple[int, ...] = (1000,)) -> int:
+    """Print the verify-cost curves (:func:`adapld_cli.bench.verify_cost.curve_for`), one per
+    cache length, each pass's parts measured."""
     from adapld_cli.bench.verify_cost import curve_for
 
     try:
-        text = curve_for(loaded, settings)
+        text = curve_for(loaded, settings, contexts, parts=True)
     except ValueError as exc:  # a model with too few positions
         raise _Usage(f"--verify-cost: {exc}") from None
     typer.echo(text, nl=False)

@@ -240,3 +240,19 @@ def test_off_by_default(servers):
     answer = post(server, aider(SOURCE, "rename foo to bar"))
     assert answer.status_code == 200 and "x-adapld-check" not in answer.headers
     assert "adapld" not in answer.json()
+
+
+def test_the_openai_sdk_keeps_the_check_and_raises_on_strict(servers):
+    """The extra key survives the official SDK's models; strict's 422 is its
+    ``UnprocessableEntityError``."""
+    openai = pytest.importorskip("openai")  # in the test extra: missing only outside it
+    msgs = [*aider(SOURCE, "rename foo to bar"), {"role": "assistant", "content": PREFILL}]
+    report = servers("diff", "--check-edits")
+    with openai.OpenAI(base_url=report.url, api_key="unused", max_retries=0) as sdk:
+        answer = sdk.chat.completions.create(model=report.model, messages=msgs, temperature=0)
+    assert answer.model_extra["adapld"]["check"]["status"] == "flagged"
+    strict = servers("diff", "--strict-edits")
+    sdk = openai.OpenAI(base_url=strict.url, api_key="unused", max_retries=0)
+    with sdk, pytest.raises(openai.UnprocessableEntityError) as raised:
+        sdk.chat.completions.create(model=strict.model, messages=msgs, temperature=0)
+    assert raised.value.code == "edit_flagged"

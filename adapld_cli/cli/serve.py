@@ -45,6 +45,7 @@ EPILOG = (
 )
 
 _SRV = "Server"
+_CHECK_NOTE = {"off": "", "report": "; edits checked", "strict": "; flagged edits withheld"}
 
 
 def _opt(*names: str, help: str, **kw: Any) -> Any:
@@ -84,6 +85,25 @@ def serve(
     dtype: DtypeOpt = "auto",
     weights: WeightsOpt = None,
     threads: ThreadsOpt = None,
+    check_edits: Annotated[
+        bool,
+        _opt(
+            "--check-edits",
+            help="Check an answer that replaces a file the conversation carried (aider's whole "
+            "format: the path line, then the file in a fence) with adapld edit's parse check "
+            "and scope guard; the verdict is the answer's adapld.check field and its "
+            "X-Adapld-Check header (ok, flagged; REASON, not checked; REASON). Never changes "
+            "the answer. See docs/serve.md.",
+        ),
+    ] = False,
+    strict_edits: Annotated[
+        bool,
+        _opt(
+            "--strict-edits",
+            help="Like --check-edits, but a flagged answer is withheld: a 422 error with code "
+            "edit_flagged (streamed: an error event in place of the finish chunk).",
+        ),
+    ] = False,
     verbose: Annotated[
         bool, _opt("--verbose", "-v", help="Log every request (uvicorn's access log).")
     ] = False,
@@ -96,14 +116,15 @@ def serve(
     from adapld_cli.serve.app import ServeLimits, create_app
 
     limits = ServeLimits(api_key=api_key or None, max_body=max_body, queue=queue)
+    checks = "strict" if strict_edits else "report" if check_edits else "off"
     bound = sock.getsockname()
     shown = f"[{bound[0]}]" if ":" in bound[0] else bound[0]
     typer.echo(
         f"adapld serve: {generator.model_id} at http://{shown}:{bound[1]}/v1 "
-        f"(method {method.value}; Ctrl-C or SIGTERM stops)",
+        f"(method {method.value}{_CHECK_NOTE[checks]}; Ctrl-C or SIGTERM stops)",
         err=True,
     )
-    _run(create_app(generator, limits), sock, verbose)
+    _run(create_app(generator, limits, check_edits=checks), sock, verbose)
     raise typer.Exit(0)
 
 

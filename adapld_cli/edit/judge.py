@@ -161,18 +161,33 @@ def _check_parse(result: EditResult, force: bool) -> None:
 def _check_scope(result: EditResult, instruction: str, force: bool) -> None:
     """Refuse (or note, with ``force``) a result that loses what was not asked, or changes
     what was not asked."""
-    before, after = result.source.text, result.new_text
     language = result.lang or format_for(result.source.name)
-    verdict = check_scope(before, after, language=language, instruction=instruction)
-    if verdict.lost:
-        result.lost = verdict.message
-        refusal = verdict.refusal or ""
-    else:
-        result.lost = check_unasked(before, after, language=language, instruction=instruction)
-        refusal = f"the result {result.lost}{REFUSAL_TAIL}"
-    if result.lost and not force:
+    issue = scope_issue(
+        result.source.text, result.new_text, language=language, instruction=instruction
+    )
+    if issue is None:
+        return
+    result.lost, refusal = issue
+    if not force:
         _refuse(result, refusal)
         result.feedback = f"The file you returned {result.lost}."
+
+
+def scope_issue(
+    before: str, after: str, *, language: str | None, instruction: str
+) -> tuple[str, str] | None:
+    """What ``after`` loses or changes that ``instruction`` does not ask for: the scope guard
+    (:func:`check_scope`), then :func:`check_unasked` on a result it keeps. Returns ``(lost,
+    refusal)``: ``lost`` reads after "the file you returned" (``would delete report, which the
+    instruction does not name``), ``refusal`` after "refused — "; ``None`` when nothing is.
+    ``language``: a :func:`~adapld_cli.edit.syntax.language_for` id, else the data format of
+    the file's name. The one definition ``adapld edit`` and ``adapld serve --check-edits``
+    share."""
+    verdict = check_scope(before, after, language=language, instruction=instruction)
+    if verdict.lost:
+        return verdict.message or "", verdict.refusal or ""
+    lost = check_unasked(before, after, language=language, instruction=instruction)
+    return None if lost is None else (lost, f"the result {lost}{REFUSAL_TAIL}")
 
 
 def _check_names(result: EditResult) -> None:

@@ -11,6 +11,13 @@ Routes: ``POST /v1/chat/completions`` (JSON, or server-sent events with ``stream
   server keeps serving; an unknown route is 404, a wrong method 405.
 - **Disconnects**: a client that goes away (streaming or not) cancels its generation, queued
   or running, after the current decode step.
+- **Edit checks** (``check_edits``: ``"off"``, ``"report"`` or ``"strict"``; ``adapld serve
+  --check-edits`` / ``--strict-edits``): every finished answer goes through
+  :func:`adapld_cli.edit.check_answer.check_answer`; its verdict is the top-level
+  ``adapld.check`` object and the ``X-Adapld-Check`` header of a non-streamed answer, and the
+  ``adapld.check`` of the streamed finish chunk (and usage chunk). ``"strict"`` answers a
+  flagged one with a 422 ``edit_flagged`` error instead (streamed: an error event in place
+  of the finish chunk). The check never fails a request: an error in it reads as not checked.
 """
 
 from __future__ import annotations
@@ -20,7 +27,7 @@ import hmac
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -29,9 +36,12 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from adapld_cli.serve.protocol import (
+    CHECK_HEADER,
     ApiError,
+    check_header,
     chunk,
     completion,
+    flagged_error,
     new_id,
     parse_chat,
     sse,
@@ -39,6 +49,7 @@ from adapld_cli.serve.protocol import (
 from adapld_cli.serve.worker import Generator, Job
 
 RETRY_AFTER_S = 5
+CheckEdits = Literal["off", "report", "strict"]
 
 
 @dataclass(frozen=True)
@@ -55,9 +66,12 @@ def error_response(err: ApiError, headers: dict[str, str] | None = None) -> JSON
 class Service:
     """The app's state: the generator, admission and auth."""
 
-    def __init__(self, generator: Generator, limits: ServeLimits) -> None:
+    def __init__(
+        self, generator: Generator, limits: ServeLimits, check_edits: CheckEdits = "off"
+    ) -> None:
         self.generator = generator
         self.limits = limits
+        self.check_edits = check_edits
         self.admitted = 0  # running + queued requests (touched on the event loop only)
 
     # -- checks ------------------------------------------------------------------------
@@ -164,24 +178,68 @@ class Service:
             if item[0] == "delta":
                 parts.append(item[1])
             elif item[0] == "done":
-                return JSONResponse(completion(cid, model, "".join(parts), item[1], item[2]))
+                text = "".join(parts)
+                body = completion(cid, model, text, item[1], item[2])
+                return self._checked(body, await self.check(job, text, item[1]))
             else:
                 raise ApiError(500, item[1], type="server_error")
+
+    async def check(self, job: Job, text: str, finish_reason: str) -> dict[str, Any] | None:
+        """The edit check of a finished answer as JSON; ``None`` when checks are off. Runs on
+        a worker thread (it parses both files) so the event loop keeps serving."""
+        if self.check_edits == "off":
+            return None
+        from starlette.concurrency import run_in_threadpool
+
+        from adapld_cli.edit.check_answer import check_answer, not_checked
+
+        try:
+            verdict = await run_in_threadpool(
+                check_answer, job.request.messages, text, finish_reason=finish_reason
+            )
+        except Exception as exc:  # a bug in the check must not cost the client its answer
+            verdict = not_checked(f"the check failed: {type(exc).__name__}: {exc}")
+        return verdict.as_json()
+
+    def withheld(self, check: dict[str, Any] | None) -> bool:
+        """Whether ``--strict-edits`` turns this answer into an error."""
+        return check is not None and self.check_edits == "strict" and not check["ok"]
+
+    def _checked(self, body: dict[str, Any], check: dict[str, Any] | None) -> Response:
+        """A non-streamed answer with its check: the ``adapld.check`` field and header, or the
+        strict error (which carries both too)."""
+        if check is None:
+            return JSONResponse(body)
+        headers = {CHECK_HEADER: check_header(check)}
+        if self.withheld(check):
+            err = flagged_error(check)
+            return JSONResponse(
+                {**err.body(), "adapld": {"check": check}}, status_code=err.status, headers=headers
+            )
+        return JSONResponse({**body, "adapld": {"check": check}}, headers=headers)
 
     async def _stream(self, job: Job, events: asyncio.Queue) -> AsyncIterator[bytes]:
         """Server-sent events (the response ends the job: :class:`_Events`)."""
         cid, model = new_id(), job.request.model
+        parts: list[str] = []
         yield sse(chunk(cid, model, {"role": "assistant", "content": ""}))
         while True:
             item = await events.get()
             if item[0] == "delta":
+                parts.append(item[1])
                 yield sse(chunk(cid, model, {"content": item[1]}, progress=item[2]))
                 continue
             if item[0] == "done":
                 usage = item[2]
-                yield sse(chunk(cid, model, {}, item[1], progress=usage["adapld"]))
+                check = await self.check(job, "".join(parts), item[1])
+                if self.withheld(check):
+                    yield sse({**flagged_error(check).body(), "adapld": {"check": check}})
+                    yield sse("[DONE]")
+                    return
+                extra = {} if check is None else {"check": check}
+                yield sse(chunk(cid, model, {}, item[1], progress={**usage["adapld"], **extra}))
                 if job.request.include_usage:
-                    yield sse(chunk(cid, model, None, usage=usage))
+                    yield sse(chunk(cid, model, None, usage=usage, progress=extra or None))
             else:
                 yield sse(ApiError(500, item[1], type="server_error").body())
             yield sse("[DONE]")
@@ -224,9 +282,12 @@ async def _server_error(request: Request, exc: Exception) -> Response:
     )
 
 
-def create_app(generator: Generator, limits: ServeLimits | None = None) -> Starlette:
-    """The ASGI app; the generator's worker starts with the app and stops with it."""
-    service = Service(generator, limits or ServeLimits())
+def create_app(
+    generator: Generator, limits: ServeLimits | None = None, *, check_edits: CheckEdits = "off"
+) -> Starlette:
+    """The ASGI app; the generator's worker starts with the app and stops with it.
+    ``check_edits``: see the module contract."""
+    service = Service(generator, limits or ServeLimits(), check_edits)
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:

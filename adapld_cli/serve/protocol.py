@@ -259,6 +259,36 @@ def chunk(
     return out
 
 
+CHECK_HEADER = "X-Adapld-Check"
+FLAGGED_STATUS = 422
+FLAGGED_CODE = "edit_flagged"
+_HEADER_CHARS = 300  # a header's reason is cut to this many characters
+
+
+def check_header(check: dict[str, Any]) -> str:
+    """The ``X-Adapld-Check`` value for a check (:meth:`AnswerCheck.as_json
+    <adapld_cli.edit.check_answer.AnswerCheck.as_json>`): ``ok``, ``flagged; REASON`` or
+    ``not checked; REASON``, on one line of printable ASCII (other characters become ``?``:
+    header values are Latin-1 at best)."""
+    reason = check.get("reason")
+    if not reason:
+        return str(check["status"])
+    line = " ".join(str(reason).split())[:_HEADER_CHARS]
+    line = "".join(c if " " <= c <= "~" else "?" for c in line)
+    return f"{check['status']}; {line}"
+
+
+def flagged_error(check: dict[str, Any]) -> ApiError:
+    """The error a flagged answer becomes with ``--strict-edits``: 422, type
+    ``invalid_response_error``, code ``edit_flagged``; the message says why."""
+    return ApiError(
+        FLAGGED_STATUS,
+        f"the answer was flagged and withheld (adapld serve --strict-edits): {check['reason']}",
+        type="invalid_response_error",
+        code=FLAGGED_CODE,
+    )
+
+
 def sse(data: dict[str, Any] | str) -> bytes:
     """One server-sent event carrying ``data`` (JSON, or a literal such as ``[DONE]``)."""
     text = data if isinstance(data, str) else json.dumps(data, separators=(",", ":"))

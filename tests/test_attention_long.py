@@ -1,10 +1,10 @@
-"""Exact attention over long caches (past 4k keys): the native kernel takes the queries of a
-pass in blocks that share the cache rows they all attend, so a query's result must not depend
-on which other queries share its pass, its block, or the thread that runs it: each row of a
+"""Exact attention over long caches (past 4k keys): the native kernel's result for a query
+must not depend on which other queries share its pass or which thread runs it: each row of a
 pass of 1 to 128 queries (a chain, whose queries attend prefixes of different lengths, and a
-draft tree, whose branches attend extra rows) equals the row computed alone and the generic
-loop's, bit for bit; a tiny model's tree rows equal plain decoding's after a 4,500-token
-prompt, and so do the embedded model's (slow: marked real)."""
+draft tree, whose branches attend extra rows), with the work split between two threads,
+equals the row computed alone and the generic loop's, bit for bit; a tiny model's tree rows
+equal plain decoding's after a 4,500-token prompt, and so do the embedded model's (slow:
+marked real)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from adapld_cli.model import kernels
 from tests.test_kernels import WIDEST, _packed, dfs_tree, tree_vs_sequential
 
 DTYPES = [torch.float32, torch.bfloat16]
-ROWS = (1, 2, 7, 8, 9, 16, 31, 64, 100, 128)  # around the kernel's blocks of 8 queries
+ROWS = (1, 2, 7, 8, 9, 16, 31, 64, 100, 128)
 
 
 def _extension():

@@ -370,21 +370,15 @@ inline __m512 reduce16(const __m512* v) {
   return _mm512_permutexvar_ps(order, r);
 }
 
-// Weighted sum of values for heads g0 .. g0 + GB - 1 and chunks c0 .. c0 + CB - 1 of one query,
-// over its keys jb .. je - 1: each value chunk is loaded once for the GB heads; every output
-// lane sums p_j v_j key by key into Oi, starting from zero at jb = 0 and from what Oi holds
-// otherwise (a float stored and loaded again is the same float: a query's sum over keys in
-// several ranges is its sum in one).
+// Weighted sum of values for heads g0 .. g0 + GB - 1 and chunks c0 .. c0 + CB - 1 of one query:
+// each value chunk is loaded once for the GB heads; every output lane sums p_j v_j key by key.
 template <typename T, int GB, int CB, bool FULL>
 inline void weigh(const float* score, int64_t L, const T* Vh, const int64_t* P, const int64_t* extra,
-                  int64_t i, int64_t e0, int64_t d, int c0, const __mmask16* mk, float* Oi,
-                  int64_t jb, int64_t je) {
+                  int64_t i, int64_t e0, int64_t d, int c0, const __mmask16* mk, float* Oi) {
   __m512 a[GB][CB];
   for (int g = 0; g < GB; ++g)
-    for (int c = 0; c < CB; ++c)
-      a[g][c] = jb == 0 ? _mm512_setzero_ps()
-                        : _mm512_maskz_loadu_ps(mk[c0 + c], Oi + g * d + (c0 + c) * 16);
-  for (int64_t j = jb; j < je; ++j) {
+    for (int c = 0; c < CB; ++c) a[g][c] = _mm512_setzero_ps();
+  for (int64_t j = 0; j < L; ++j) {
     const T* vj = Vh + (j < P[i] ? j : extra[e0 + j - P[i]]) * d + c0 * 16;
     if (j + AHEAD < P[i]) prefetch_row(Vh + (j + AHEAD) * d + c0 * 16, CB * 16);
     __m512 vc[CB];
@@ -404,76 +398,57 @@ inline void weigh(const float* score, int64_t L, const T* Vh, const int64_t* P, 
 template <typename T, int CB, bool FULL>
 inline void weigh_heads(const float* score, int64_t L, const T* Vh, const int64_t* P,
                         const int64_t* extra, int64_t i, int64_t e0, int64_t d, int c0,
-                        const __mmask16* mk, float* Oi, int64_t G, int64_t jb, int64_t je) {
+                        const __mmask16* mk, float* Oi, int64_t G) {
   for (int64_t g0 = 0; g0 < G;) {  // up to 6 heads at a time (with CB <= 4: 24 accumulators)
     const int64_t gb = std::min<int64_t>(6, G - g0);
     const float* s = score + g0 * L;
     float* o = Oi + g0 * d;
     switch (gb) {
-      case 6: weigh<T, 6, CB, FULL>(s, L, Vh, P, extra, i, e0, d, c0, mk, o, jb, je); break;
-      case 5: weigh<T, 5, CB, FULL>(s, L, Vh, P, extra, i, e0, d, c0, mk, o, jb, je); break;
-      case 4: weigh<T, 4, CB, FULL>(s, L, Vh, P, extra, i, e0, d, c0, mk, o, jb, je); break;
-      case 3: weigh<T, 3, CB, FULL>(s, L, Vh, P, extra, i, e0, d, c0, mk, o, jb, je); break;
-      case 2: weigh<T, 2, CB, FULL>(s, L, Vh, P, extra, i, e0, d, c0, mk, o, jb, je); break;
-      default: weigh<T, 1, CB, FULL>(s, L, Vh, P, extra, i, e0, d, c0, mk, o, jb, je); break;
+      case 6: weigh<T, 6, CB, FULL>(s, L, Vh, P, extra, i, e0, d, c0, mk, o); break;
+      case 5: weigh<T, 5, CB, FULL>(s, L, Vh, P, extra, i, e0, d, c0, mk, o); break;
+      case 4: weigh<T, 4, CB, FULL>(s, L, Vh, P, extra, i, e0, d, c0, mk, o); break;
+      case 3: weigh<T, 3, CB, FULL>(s, L, Vh, P, extra, i, e0, d, c0, mk, o); break;
+      case 2: weigh<T, 2, CB, FULL>(s, L, Vh, P, extra, i, e0, d, c0, mk, o); break;
+      default: weigh<T, 1, CB, FULL>(s, L, Vh, P, extra, i, e0, d, c0, mk, o); break;
     }
     g0 += gb;
   }
 }
 
-// Queries one work item of attend_fixed() takes together (one kv head), and the keys its
-// weighted sums take per block: the cache rows every query of the block attends (their
-// common prefix) are read from memory once for the block, then from L1/L2.
-constexpr int64_t QUERY_BLOCK = 8;
-constexpr int64_t KEY_BLOCK = 64;
-
 // attend() with the head size's 16-lane chunks known at compile time (C = ceil(d / 16); FULL:
 // d = 16 C): each key row is loaded once for all heads of its kv head, its scores reduced 16
-// keys at a time (reduce16), and each value chunk loaded once for up to six heads. A work item
-// is one kv head and up to QUERY_BLOCK queries: the 16-key chunks of their common cache prefix
-// are scored chunk by chunk for all of them, and their values summed KEY_BLOCK keys at a time
-// for all of them. Only the order in which queries take turns changes: every score, softmax
-// and sum of a query runs the very operations of attend() in the same order, so the results
-// are attend()'s bit for bit, whatever the block holds.
+// keys at a time (reduce16), and each value chunk loaded once for up to six heads. Every
+// score, softmax and sum runs the very operations of attend() in the same order, so the
+// results are attend()'s bit for bit.
 template <typename T, int C, bool FULL>
 void attend_fixed(const float* Q, const T* K, const T* V, const int64_t* P, const int64_t* ptr,
                   const int64_t* extra, float* O, int64_t n, int64_t H, int64_t KV, int64_t KS,
                   int64_t d) {
-  const int64_t G = H / KV, NB = (n + QUERY_BLOCK - 1) / QUERY_BLOCK;
+  const int64_t G = H / KV;
   __mmask16 mk[C];
   for (int c = 0; c < C; ++c) mk[c] = FULL ? (__mmask16)0xFFFF : tail_mask(d - c * 16);
   auto load_q = [&](const float* p, int c) {
     return FULL ? _mm512_loadu_ps(p) : _mm512_maskz_loadu_ps(mk[c], p);
   };
-  at::parallel_for(0, KV * NB, 1, [&](int64_t w0, int64_t w1) {
-    std::vector<float> score;  // the block's queries' [G][L] scores, one after another
+  at::parallel_for(0, n * KV, 1, [&](int64_t w0, int64_t w1) {
+    std::vector<float> score;
     std::vector<__m512> part(G * 16);  // [G][16 keys] score partials
     for (int64_t w = w0; w < w1; ++w) {
-      const int64_t kv = w / NB, i0 = (w % NB) * QUERY_BLOCK;
-      const int64_t nq = std::min<int64_t>(QUERY_BLOCK, n - i0);
+      const int64_t i = w / KV, kv = w % KV, e0 = ptr[i], L = P[i] + ptr[i + 1] - e0;
       const T* Kh = K + kv * KS;
       const T* Vh = V + kv * KS;
-      int64_t L[QUERY_BLOCK], off[QUERY_BLOCK + 1], common = P[i0];
-      off[0] = 0;
-      for (int64_t q = 0; q < nq; ++q) {
-        const int64_t i = i0 + q;
-        L[q] = P[i] + ptr[i + 1] - ptr[i];
-        off[q + 1] = off[q] + G * L[q];
-        common = std::min(common, P[i]);
-      }
-      score.resize(off[nq]);
-      // scores of query q's keys j0 .. j0 + 15 (fewer at its end); fetch: prefetch its rows
-      auto chunk = [&](int64_t q, int64_t j0, bool fetch) {
-        const int64_t i = i0 + q, e0 = ptr[i], Lq = L[q], B = std::min<int64_t>(16, Lq - j0);
-        const float* Qi = Q + (i * H + kv * G) * d;
+      const float* Qi = Q + (i * H + kv * G) * d;
+      auto key = [&](int64_t j) { return j < P[i] ? j : extra[e0 + j - P[i]]; };
+      score.assign(G * L, 0.f);
+      for (int64_t j0 = 0; j0 < L; j0 += 16) {
+        const int64_t B = std::min<int64_t>(16, L - j0);
         for (int64_t jj = 0; jj < 16; ++jj) {
           if (jj >= B) {  // past the last key: zeros, never stored
             for (int64_t g = 0; g < G; ++g) part[g * 16 + jj] = _mm512_setzero_ps();
             continue;
           }
-          const int64_t j = j0 + jj;
-          const T* kj = Kh + (j < P[i] ? j : extra[e0 + j - P[i]]) * d;
-          if (fetch && j + AHEAD < P[i]) prefetch_row(Kh + (j + AHEAD) * d, d);
+          const T* kj = Kh + key(j0 + jj) * d;
+          if (j0 + jj + AHEAD < P[i]) prefetch_row(Kh + (j0 + jj + AHEAD) * d, d);
           __m512 k16[C];
 #pragma GCC unroll 16
           for (int c = 0; c < C; ++c) k16[c] = load16<T>(kj + c * 16, mk[c]);
@@ -485,28 +460,14 @@ void attend_fixed(const float* Q, const T* K, const T* V, const int64_t* P, cons
           }
         }
         for (int64_t g = 0; g < G; ++g)
-          _mm512_mask_storeu_ps(score.data() + off[q] + g * Lq + j0, tail_mask(B),
+          _mm512_mask_storeu_ps(score.data() + g * L + j0, tail_mask(B),
                                 reduce16(part.data() + g * 16));
-      };
-      const int64_t whole = common / 16 * 16;  // chunks inside every query's prefix
-      for (int64_t j0 = 0; j0 < whole; j0 += 16)
-        for (int64_t q = 0; q < nq; ++q) chunk(q, j0, q == 0);
-      for (int64_t q = 0; q < nq; ++q)
-        for (int64_t j0 = whole; j0 < L[q]; j0 += 16) chunk(q, j0, true);
-      for (int64_t q = 0; q < nq; ++q)
-        for (int64_t g = 0; g < G; ++g) softmax_row(score.data() + off[q] + g * L[q], L[q]);
-      constexpr int CB = C < 4 ? C : 4;
-      for (int c0 = 0; c0 < C; c0 += CB) {
-        auto sums = [&](int64_t q, int64_t jb, int64_t je) {
-          const int64_t i = i0 + q;
-          weigh_heads<T, CB, FULL>(score.data() + off[q], L[q], Vh, P, extra, i, ptr[i], d, c0,
-                                   mk, O + (i * H + kv * G) * d, G, jb, je);
-        };
-        for (int64_t jb = 0; jb < common; jb += KEY_BLOCK)
-          for (int64_t q = 0; q < nq; ++q) sums(q, jb, std::min(jb + KEY_BLOCK, common));
-        for (int64_t q = 0; q < nq; ++q)
-          if (common < L[q]) sums(q, common, L[q]);
       }
+      for (int64_t g = 0; g < G; ++g) softmax_row(score.data() + g * L, L);
+      float* Oi = O + (i * H + kv * G) * d;
+      constexpr int CB = C < 4 ? C : 4;
+      for (int c0 = 0; c0 < C; c0 += CB)
+        weigh_heads<T, CB, FULL>(score.data(), L, Vh, P, extra, i, e0, d, c0, mk, Oi, G);
     }
   });
 }

@@ -48,25 +48,48 @@ def test_taken_over_chunks_hold_what_a_fresh_prefill_holds(model):
     rng = random.Random(0)
     cache = PrefixCache()
     base = random_prompt(1)[:30]
-    prev: list[int] = []
+    seen: list[list[int]] = []
     taken = 0
     for step in range(10):
         cut = rng.randrange(0, len(base))  # share the first `cut` tokens, then differ
         ids = base[:cut] + [rng.randrange(VOCAB) for _ in range(rng.randrange(1, 20))]
         fresh, h0, k0 = _prefill(model, ids)
         reused, h1, k1 = _prefill(model, ids, cache)
-        common = 0
-        while common < min(len(prev), len(ids)) and prev[common] == ids[common]:
-            common += 1
-        # whole chunks of the previous prompt's prefill, shared token for token
-        assert reused.reused == min(common, len(prev) // CHUNK * CHUNK) // CHUNK * CHUNK
+        # whole chunks of an earlier prompt's prefill, the one sharing most, token for token
+        assert reused.reused == max((_whole(p, ids) for p in seen), default=0)
         assert _same(fresh, reused, len(ids)), step
         assert torch.equal(h0, h1) and torch.equal(k0, k1)
         taken += reused.reused
-        prev = ids
+        seen.append(ids)
     assert taken > 0  # the cache was really used
-    again, _, _ = _prefill(model, prev, cache)  # the same prompt: all its whole chunks
-    assert again.reused == len(prev) // CHUNK * CHUNK > 0
+    again, _, _ = _prefill(model, ids, cache)  # the same prompt: all its whole chunks
+    assert again.reused == len(ids) // CHUNK * CHUNK > 0
+
+
+def _whole(kept: list[int], ids: list[int]) -> int:
+    """Positions of ``ids`` a kept prompt covers: shared tokens in its whole chunks."""
+    common = 0
+    while common < min(len(kept), len(ids)) and kept[common] == ids[common]:
+        common += 1
+    return min(common, len(kept) // CHUNK * CHUNK) // CHUNK * CHUNK
+
+
+def test_interleaved_conversations_each_find_their_own_prefix(model):
+    """A client sending A, then B (another beginning), then A extended: the third reuses
+    A's chunks, not nothing; the least recently used prompt goes when space runs out."""
+    rng = random.Random(1)
+    a = [rng.randrange(VOCAB) for _ in range(4 * CHUNK)]
+    b = [rng.randrange(VOCAB) for _ in range(3 * CHUNK)]
+    c = [rng.randrange(VOCAB) for _ in range(3 * CHUNK)]
+    cache = PrefixCache(max_tokens=7 * CHUNK)
+    _prefill(model, a, cache)
+    _prefill(model, b, cache)
+    fresh, _, _ = _prefill(model, a + [1, 2, 3])
+    reused, _, _ = _prefill(model, a + [1, 2, 3], cache)  # supersedes a; keeps b
+    assert reused.reused == 4 * CHUNK and _same(fresh, reused, 4 * CHUNK + 3)
+    _prefill(model, c, cache)  # 4 + 3 + 3 chunks > 7: b, the least recently used, goes
+    assert _prefill(model, b, cache)[0].reused == 0
+    assert _prefill(model, c + [4], cache)[0].reused == 3 * CHUNK
 
 
 def test_generation_through_the_cache_is_unchanged(model):

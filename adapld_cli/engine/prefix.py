@@ -1,10 +1,11 @@
 """Reuse of a previous prompt's prefill: whole prefill chunks of a common prefix.
 
-Contract: a :class:`PrefixCache` remembers, for the last prompt prefilled through it, the KV
-rows, hooked-layer hidden states, final hidden states and top-K rows of its *complete*
+Contract: a :class:`PrefixCache` remembers, for the last few prompts prefilled through it, the
+KV rows, hooked-layer hidden states, final hidden states and top-K rows of their *complete*
 prefill chunks (positions ``0 .. k * chunk``). The next prefill through the same cache on the
-same model and settings takes over the chunks its prompt shares token for token, and runs the
-rest as a fresh prefill would: from the first chunk boundary not shared, in the same chunks.
+same model and settings takes over the chunks its prompt shares token for token with the
+remembered prompt that shares the most, and runs the rest as a fresh prefill would: from the
+first chunk boundary not shared, in the same chunks.
 Every chunk is therefore computed from the same tokens, with the same shape and the same
 cached keys as without the cache, so the result is bit for bit a fresh prefill's on any
 kernel and device (no batch invariance needed). A prompt that shares less than one chunk
@@ -12,7 +13,10 @@ reuses nothing.
 
 Used where one process serves many generations (``adapld serve``, a multi-file ``adapld
 edit``): a second edit of the same file skips most of its prefill. One generation at a time
-uses a cache (it is not thread-safe); ``max_tokens`` bounds what it keeps.
+uses a cache (it is not thread-safe); ``max_tokens`` bounds the positions it keeps, all
+prompts together (the least recently used go first). Several prompts, not one, because
+clients interleave conversations: aider sends its edit, then a reflection or a commit-message
+request with another beginning, and the next edit shares its prefix with the first only.
 """
 
 from __future__ import annotations
@@ -35,24 +39,27 @@ class _Entry:
 
 
 class PrefixCache:
-    """The last prompt's complete prefill chunks (module docstring)."""
+    """The complete prefill chunks of the last prompts (module docstring)."""
 
-    def __init__(self, max_tokens: int = 8192) -> None:
+    def __init__(self, max_tokens: int = 16384) -> None:
         self.max_tokens = max_tokens
-        self._entry: _Entry | None = None
+        self._entries: list[_Entry] = []  # most recently used first
 
     def lookup(self, key: tuple[Any, ...], ids: list[int], chunk: int) -> tuple[int, _Entry | None]:
         """``(n, entry)``: how many leading positions of ``ids`` can be taken over (whole
-        chunks only; callers slice ``entry``'s rows to ``n``), or ``(0, None)``."""
-        e = self._entry
-        if e is None or e.key != key:
-            return 0, None
-        n = 0
-        limit = min(len(e.ids), len(ids))
-        while n < limit and e.ids[n] == ids[n]:
-            n += 1
-        n = n // chunk * chunk
-        return n, (e if n else None)
+        chunks only; callers slice ``entry``'s rows to ``n``), from the kept prompt sharing
+        the most, or ``(0, None)``."""
+        best, found = 0, None
+        for e in self._entries:
+            if e.key != key:
+                continue
+            n = _shared(e.ids, ids) // chunk * chunk
+            if n > best:
+                best, found = n, e
+        if found is not None:
+            self._entries.remove(found)
+            self._entries.insert(0, found)
+        return best, found
 
     def keep(
         self,
@@ -65,21 +72,38 @@ class PrefixCache:
         topk: torch.Tensor | None,
     ) -> None:
         """Remember the complete chunks of a prefill of ``ids`` (copies: the generation goes
-        on writing its own buffers)."""
+        on writing its own buffers). A kept prompt that this one extends is dropped (this
+        one serves everything it did); then the least recently used go while the positions
+        kept exceed ``max_tokens``."""
         n = min(len(ids), self.max_tokens) // chunk * chunk
         if n == 0:
-            self._entry = None
             return
 
         def rows(t: torch.Tensor | None) -> torch.Tensor | None:
             return None if t is None else t[:n].clone()
 
-        self._entry = _Entry(
-            key=key,
-            ids=list(ids[:n]),
-            keys=[layer.keys[:, :, :n].clone() for layer in layers],
-            values=[layer.values[:, :, :n].clone() for layer in layers],
-            hidden=rows(hidden),
-            final=rows(final),
-            topk=rows(topk),
+        self._entries = [
+            e for e in self._entries if not (e.key == key and _shared(e.ids, ids) == len(e.ids))
+        ]
+        self._entries.insert(
+            0,
+            _Entry(
+                key=key,
+                ids=list(ids[:n]),
+                keys=[layer.keys[:, :, :n].clone() for layer in layers],
+                values=[layer.values[:, :, :n].clone() for layer in layers],
+                hidden=rows(hidden),
+                final=rows(final),
+                topk=rows(topk),
+            ),
         )
+        while sum(len(e.ids) for e in self._entries) > self.max_tokens:
+            self._entries.pop()
+
+
+def _shared(a: list[int], b: list[int]) -> int:
+    """The length of the common prefix of ``a`` and ``b``."""
+    n, limit = 0, min(len(a), len(b))
+    while n < limit and a[n] == b[n]:
+        n += 1
+    return n

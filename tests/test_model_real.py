@@ -106,3 +106,48 @@ def test_readme_first_command_renames_with_the_default_model():
     assert len(added) == len(removed)  # only those lines changed
     info = model_info()
     assert (info["name"], info["state"]) == ("coder-1.5b", "ready")
+
+
+def test_the_embedded_gguf_from_an_ollama_store_is_the_embedded_model(
+    embedded, tmp_path, monkeypatch
+):
+    """The embedded GGUF laid out as `ollama pull` lays it out (a blob named by its sha256, a
+    manifest naming it) loads the same weights and decodes the same greedy tokens as
+    ``--model coder-0.5b`` (issue 47: a model users already have is the same model)."""
+    import json
+
+    import torch
+
+    from adapld_cli.engine import GenerationConfig, generate
+    from adapld_cli.model import load, stores
+    from adapld_cli.model.assemble import assemble, locate_embedded_parts
+    from adapld_cli.model.paths import EMBEDDED_MODELS
+
+    model = EMBEDDED_MODELS[embedded.name]
+    store = tmp_path / "ollama"
+    assemble(
+        locate_embedded_parts(model),
+        store / "blobs" / f"sha256-{model.sha256}",
+        size=model.size,
+        sha256=model.sha256,
+    )
+    manifest = store / "manifests" / stores.OLLAMA_HOST / "library" / "qwen2.5-coder" / "0.5b"
+    manifest.parent.mkdir(parents=True)
+    layer = {"mediaType": stores.OLLAMA_MODEL_LAYER, "digest": f"sha256:{model.sha256}"}
+    manifest.write_text(json.dumps({"schemaVersion": 2, "layers": [layer]}))
+    monkeypatch.setenv("OLLAMA_MODELS", str(store))
+    monkeypatch.setenv("ADAPLD_HOME", str(tmp_path / "home"))  # its conversion is this test's
+    stored = load("ollama:qwen2.5-coder:0.5b", device="cpu")
+    assert (stored.weights, stored.dtype) == (embedded.weights, embedded.dtype)
+    for a, b in zip(
+        stored.model.state_dict().values(), embedded.model.state_dict().values(), strict=True
+    ):
+        assert torch.equal(a, b)
+    tok = embedded.tokenizer
+    messages = [{"role": "user", "content": f"Rename greet to welcome:\n```python\n{CODE}```"}]
+    prompt = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    ids = tok.encode(prompt, add_special_tokens=False)
+    config = GenerationConfig(max_new_tokens=48)
+    ours = generate(stored.model, ids, config, "adapld", tokenizer=stored.tokenizer)
+    theirs = generate(embedded.model, ids, config, "adapld", tokenizer=tok)
+    assert ours.tokens == theirs.tokens and ours.stats.accepted_draft_tokens > 0

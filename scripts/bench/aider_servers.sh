@@ -6,6 +6,7 @@
 #   LLAMA_SERVER=path/to/llama-server GGUF=coder-1.5b.gguf AIDER=path/to/aider \
 #       bash scripts/bench/aider_servers.sh [first|after-another] [RUNS]
 #
+# (a llama-server built as a shared-library build needs its folder in LD_LIBRARY_PATH)
 # first: the rename is the server's first aider request; after-another: an aider edit of the
 # same file ("Add a docstring to the low_stock method") runs first, untimed.
 set -u

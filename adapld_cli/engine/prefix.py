@@ -27,7 +27,7 @@ from typing import Any
 import torch
 
 
-@dataclass
+@dataclass(eq=False)  # entries are told apart by identity (comparing tensors is ambiguous)
 class _Entry:
     key: tuple[Any, ...]  # what the rows depend on besides the tokens
     ids: list[int]  # the tokens of the kept chunks
@@ -57,9 +57,12 @@ class PrefixCache:
             if n > best:
                 best, found = n, e
         if found is not None:
-            self._entries.remove(found)
-            self._entries.insert(0, found)
+            self._to_front(found)
         return best, found
+
+    def _to_front(self, entry: _Entry) -> None:
+        self._entries.remove(entry)
+        self._entries.insert(0, entry)
 
     def keep(
         self,
@@ -72,11 +75,15 @@ class PrefixCache:
         topk: torch.Tensor | None,
     ) -> None:
         """Remember the complete chunks of a prefill of ``ids`` (copies: the generation goes
-        on writing its own buffers). A kept prompt that this one extends is dropped (this
-        one serves everything it did); then the least recently used go while the positions
-        kept exceed ``max_tokens``."""
+        on writing its own buffers). A prompt kept already is not copied again; a kept
+        prompt that this one extends is dropped (this one serves everything it did); then the
+        least recently used go while the positions kept exceed ``max_tokens``."""
         n = min(len(ids), self.max_tokens) // chunk * chunk
         if n == 0:
+            return
+        same = [e for e in self._entries if e.key == key and e.ids == ids[:n]]
+        if same:  # the same tokens under the same key: the same rows (module docstring)
+            self._to_front(same[0])
             return
 
         def rows(t: torch.Tensor | None) -> torch.Tensor | None:

@@ -1,5 +1,5 @@
-"""Prepacked, batch-invariant CPU kernels (adapld_cli.model.kernels) on tiny Qwen2, Llama
-and GPT-2 models: a draft tree's rows (up to the widest pass the engine makes) equal
+"""Prepacked, batch-invariant CPU kernels (adapld_cli.model.kernels) on tiny Qwen2, Llama,
+Qwen3 and GPT-2 models: a draft tree's rows (up to the widest pass the engine makes) equal
 sequential single-token rows bit for bit in float32 and bfloat16, so greedy AdaPLD is exactly
 plain decoding; fallbacks and modes."""
 
@@ -25,7 +25,7 @@ DTYPES = [torch.float32, torch.bfloat16]
 WEIGHTS = [(torch.float32, None), (torch.bfloat16, None), (torch.bfloat16, "q4"),
            (torch.bfloat16, "q6")]  # fmt: skip
 WEIGHT_IDS = ["float32", "bfloat16", "q4", "q6"]
-ARCHS = ["qwen2", "llama", "gpt2"]
+ARCHS = ["qwen2", "llama", "qwen3", "gpt2"]
 # a 10-node chain from the root, a 5-node branch under node 3, a 2-node branch at the root
 PARENTS = [-1, *range(9), 3, 10, 11, 12, 13, 0, 15]
 # the widest pass the engine makes: the root plus the default node budget

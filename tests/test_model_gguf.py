@@ -1,7 +1,8 @@
 """Any .gguf file: converted once to a safetensors cache (keyed by path, size, mtime), faithfully.
 
-A tiny Qwen2 GGUF (1 layer, byte-level BPE tokenizer, chat template) is written in-test with
-the ``gguf`` package, then goes through the real conversion and loading code.
+A tiny GGUF (1 layer, byte-level BPE tokenizer, chat template; Qwen2 unless a test asks for
+another architecture) is written in-test with the ``gguf`` package, then goes through the
+real conversion and loading code.
 """
 
 from __future__ import annotations
@@ -50,22 +51,35 @@ def random_kquant(shape: tuple[int, ...], kind, rng) -> np.ndarray:
     return blocks.reshape(rows, -1)
 
 
+ARCHS = ("qwen2", "llama", "qwen3")  # GGUF architectures write_tiny_gguf can write
+
+
 def write_tiny_gguf(
-    path: Path, hidden: int = 32, heads: int = 4, kv: int = 2, ffn: int = 64, quant=None
+    path: Path,
+    hidden: int = 32,
+    heads: int = 4,
+    kv: int = 2,
+    ffn: int = 64,
+    quant=None,
+    arch: str = "qwen2",
 ):
-    """A 1-layer Qwen2 GGUF, float32 except the tensors ``quant`` maps to a GGML type (K-quants
-    get random blocks, see :func:`random_kquant`); returns its tensors by GGUF name (as
-    float32: the values a reader dequantises)."""
+    """A 1-layer GGUF of ``arch`` (:data:`ARCHS`: Qwen2 with q/k/v biases, Llama without,
+    Qwen3 with per-head q/k norms), float32 except the tensors ``quant`` maps to a GGML type
+    (K-quants get random blocks, see :func:`random_kquant`); returns its tensors by GGUF
+    name (as float32: the values a reader dequantises). A Llama file's ``attn_q``/``attn_k``
+    rows are random, so in whatever order the file holds them they are a valid model: the
+    reader (transformers' Llama processor) puts them in its rotary layout."""
     import gguf
     from gguf.quants import dequantize, quantize
 
+    assert arch in ARCHS, arch
     rng = np.random.default_rng(0)
     merges = ["Ġ t", "Ġ a", "e r"]
     specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
     tokens = _byte_alphabet() + [m.replace(" ", "") for m in merges] + specials
     vocab, head_dim = len(tokens), hidden // heads
-    writer = gguf.GGUFWriter(str(path), "qwen2")
-    writer.add_name("tiny-qwen2")
+    writer = gguf.GGUFWriter(str(path), arch)
+    writer.add_name(f"tiny-{arch}")
     writer.add_context_length(128)
     writer.add_embedding_length(hidden)
     writer.add_feed_forward_length(ffn)
@@ -74,6 +88,10 @@ def write_tiny_gguf(
     writer.add_head_count_kv(kv)
     writer.add_rope_freq_base(10000.0)
     writer.add_layer_norm_rms_eps(1e-6)
+    if arch != "qwen2":
+        writer.add_rope_dimension_count(head_dim)
+        writer.add_key_length(head_dim)
+        writer.add_value_length(head_dim)
     writer.add_file_type(0)
     writer.add_tokenizer_model("gpt2")
     writer.add_tokenizer_pre("qwen2")
@@ -93,6 +111,8 @@ def write_tiny_gguf(
         "blk.0.attn_k.bias": (kv * head_dim,),
         "blk.0.attn_v.weight": (kv * head_dim, hidden),
         "blk.0.attn_v.bias": (kv * head_dim,),
+        "blk.0.attn_q_norm.weight": (head_dim,),
+        "blk.0.attn_k_norm.weight": (head_dim,),
         "blk.0.attn_output.weight": (hidden, hidden),
         "blk.0.ffn_norm.weight": (hidden,),
         "blk.0.ffn_gate.weight": (ffn, hidden),
@@ -101,6 +121,11 @@ def write_tiny_gguf(
         "output_norm.weight": (hidden,),
         "output.weight": (vocab, hidden),
     }
+    if arch != "qwen2":
+        shapes = {k: v for k, v in shapes.items() if not k.endswith(".bias")}
+    if arch != "qwen3":
+        shapes = {k: v for k, v in shapes.items() if "_norm." not in k or "attn_q" not in k}
+        shapes = {k: v for k, v in shapes.items() if "attn_k_norm" not in k}
     tensors = {}
     for name, shape in shapes.items():
         tensors[name] = rng.standard_normal(shape) * 0.02 + 1.0 * name.endswith("norm.weight")

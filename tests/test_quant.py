@@ -195,6 +195,40 @@ def test_kquant_gguf_loads_on_the_kernels_and_stays_exact(kquant_gguf, monkeypat
     assert tree_vs_sequential(model, prefix, tokens, parents) == (len(parents), 0.0)
 
 
+@pytest.mark.parametrize("arch", ["llama", "qwen3"])
+def test_kquant_gguf_of_other_architectures_runs_the_files_weights(arch, tmp_path, monkeypatch):
+    """A Llama GGUF (``attn_q``/``attn_k`` rows stored in llama.cpp's rotary order, which
+    transformers' reader reorders) and a Qwen3 one (per-head q/k norms, a head size other
+    than its class default) keep every K-quant linear on the kernels, and each computes the
+    very weights the dequantising reader gives; draft-tree rows are single steps."""
+    from gguf import GGMLQuantizationType
+
+    monkeypatch.setenv(quant.ENV_ACTIVATIONS, "bfloat16")  # products of exact weights
+    path = tmp_path / f"tiny-{arch}.gguf"
+    types = {k: GGMLQuantizationType[v] for k, v in QUANT_TYPES.items()}
+    write_tiny_gguf(path, hidden=256, heads=4, kv=2, ffn=512, quant=types, arch=arch)
+    loaded = load(str(path), device="cpu", dtype="bfloat16")
+    plain = load(str(path), device="cpu", dtype="bfloat16", weights="dequantized")
+    assert loaded.weights == "quantized" and type(loaded.model).__name__.lower().startswith(arch)
+    assert loaded.model.config.head_dim == 64  # from the file's key_length
+    cls = quant.quant_linear_class()
+    layer, reference = loaded.model.model.layers[0], plain.model.model.layers[0]
+    kinds = {n: m.kind for n, m in layer.named_modules() if isinstance(m, cls)}
+    assert len(kinds) == 7, kinds
+    for name in kinds:  # x = I: y = W, every weight where the reader puts it
+        eye = torch.eye(reference.get_submodule(name).in_features, dtype=torch.bfloat16)
+        with torch.no_grad():
+            got = layer.get_submodule(name)(eye)
+            want = reference.get_submodule(name)(eye)
+        assert torch.equal(got, want), name
+    assert loaded.model.adapld_lean
+    gen = torch.Generator().manual_seed(0)
+    prefix = torch.randint(0, 250, (40,), generator=gen).tolist()
+    parents = dfs_tree(33, seed=1)
+    tokens = torch.randint(0, 250, (len(parents),), generator=gen).tolist()
+    assert tree_vs_sequential(loaded.model, prefix, tokens, parents) == (len(parents), 0.0)
+
+
 def test_activations_choice_is_checked(kquant_gguf, monkeypatch):
     monkeypatch.delenv(quant.ENV_ACTIVATIONS, raising=False)
     assert quant.resolve_activations() == "int8"

@@ -1,4 +1,4 @@
-"""Tiny causal LMs for engine tests: randomly initialised Llama, Qwen2 and GPT-2 (float64 by
+"""Tiny causal LMs for engine tests: randomly initialised Llama, Qwen2, Qwen3 and GPT-2 (float64 by
 default), and successor models whose next token is scripted (:func:`successor_lm`)."""
 
 from __future__ import annotations
@@ -43,6 +43,8 @@ def tiny_model(
         LlamaForCausalLM,
         Qwen2Config,
         Qwen2ForCausalLM,
+        Qwen3Config,
+        Qwen3ForCausalLM,
     )
 
     torch.manual_seed(seed)
@@ -53,9 +55,12 @@ def tiny_model(
         cfg = GPT2Config(n_embd=hidden, n_layer=2, n_head=4, n_positions=positions, **common)
         model = GPT2LMHeadModel(cfg)
     else:
-        cls_cfg, cls = (
-            (Qwen2Config, Qwen2ForCausalLM) if arch == "qwen2" else (LlamaConfig, LlamaForCausalLM)
-        )
+        cls_cfg, cls = {
+            "qwen2": (Qwen2Config, Qwen2ForCausalLM),
+            "qwen3": (Qwen3Config, Qwen3ForCausalLM),
+            "llama": (LlamaConfig, LlamaForCausalLM),
+        }[arch]
+        extra = {"head_dim": hidden // 4} if arch == "qwen3" else {}  # its default is 128
         cfg = cls_cfg(
             hidden_size=hidden,
             intermediate_size=intermediate,
@@ -63,6 +68,7 @@ def tiny_model(
             num_attention_heads=4,
             num_key_value_heads=2,
             max_position_embeddings=positions,
+            **extra,
             **common,
         )
         model = cls(cfg)

@@ -40,11 +40,15 @@ WEIGHTS = "model.safetensors"
 PACKED = "adapld-packed-embedding.safetensors"
 QUANT = "adapld-quant.safetensors"  # linears kept in their GGUF integers (model/quant.py)
 QUANT_TYPES = {"Q4_K": "q4", "Q6_K": "q6"}
+# GGUF architectures whose linears stay quantized (the ones the tests run on the kernels:
+# tests/test_quant.py); any other converts to bfloat16 weights
+KERNEL_ARCHS = ("qwen2", "qwen3", "llama")
 # 1: float32 safetensors written by transformers' own GGUF loader.
 # 2: tensor-by-tensor conversion; bfloat16 for quantised tensors, packed input embedding.
 # 3: Q6_K linears packed at 6 bits a weight (was 8: model/quant.py, pack_q6_values).
 # 4: tokenizer_config.json lists the added tokens (see _save_tokenizer).
-FORMAT = 4
+# 5: Llama's attn_q/attn_k stay quantized (rows reordered, _row_order); head_dim from the file.
+FORMAT = 5
 
 
 def read_manifest(folder: Path) -> dict[str, Any] | None:
@@ -161,6 +165,20 @@ def _config_and_tokenizer(gguf: Path) -> tuple[Any, Any]:
     return config, tokenizer
 
 
+def _head_size_from_file(config: Any, reader: Any) -> None:
+    """Set ``config.head_dim`` from the file's ``<arch>.attention.key_length`` where it has one
+    and transformers' GGUF mapping left the architecture's default instead (Qwen3: its
+    mapping reads no head size, and the class default, 128, is only every released Qwen3's)."""
+    field = reader.fields.get("general.architecture")
+    arch = bytes(field.parts[field.data[0]]).decode() if field is not None else ""
+    key = reader.fields.get(f"{arch}.attention.key_length")
+    if key is None or not hasattr(config, "head_dim"):
+        return
+    size = int(key.parts[key.data[0]][0])
+    if config.head_dim != size:
+        config.head_dim = size
+
+
 def _name_map(config: Any, architecture: str) -> tuple[dict[str, str], Any, set[str], set[str]]:
     """GGUF tensor name -> transformers parameter name, the tensor processor, expected names,
     and the names of ``nn.Linear`` weights."""
@@ -188,7 +206,7 @@ def _name_map(config: Any, architecture: str) -> tuple[dict[str, str], Any, set[
     # recursive search (slow: it rebuilds the map per sub-module) handles the rest.
     arch = next((k for k, v in MODEL_ARCH_NAMES.items() if v == architecture), None)
     mapping: dict[str, str] = {}
-    if arch is not None and type(processor) is TensorProcessor:
+    if arch is not None:  # processors that rename tensors fail the check below
         names = get_tensor_name_map(arch, config.num_hidden_layers)
         for hf_name in expected:
             base, _, suffix = hf_name.rpartition(".")
@@ -202,46 +220,73 @@ def _name_map(config: Any, architecture: str) -> tuple[dict[str, str], Any, set[
 
 def _quantized_linears(
     reader: Any, mapping: dict[str, str], processor: Any, linears: set[str]
-) -> dict[str, str]:
-    """GGUF name -> kernel kind of every linear weight that can stay in its GGUF integers:
-    Q4_K or Q6_K, of a shape the kernels take, and not rewritten by transformers' GGUF
-    processor for this architecture (the plain processor copies tensors as they are)."""
-    from transformers.modeling_gguf_pytorch_utils import TensorProcessor
-
+) -> dict[str, tuple[str, Any]]:
+    """GGUF name -> (kernel kind, row order) of every linear weight that can stay in its GGUF
+    integers: Q4_K or Q6_K, of a shape the kernels take, and either copied as it is by
+    transformers' GGUF processor for this architecture or only reordered by rows (Llama's
+    ``attn_q``/``attn_k``, stored permuted for llama.cpp's rotary layout): the row order is
+    None for the first, else the output rows to take, in order (:func:`_row_order`)."""
     from adapld_cli.model import quant
 
-    if type(processor) is not TensorProcessor:
-        return {}
     out = {}
     for tensor in reader.tensors:
         kind = QUANT_TYPES.get(tensor.tensor_type.name)
         if kind and mapping.get(tensor.name) in linears:
             k, n = (int(x) for x in tensor.shape[:2])  # GGUF shapes are [in, out]
             if len(tensor.shape) == 2 and quant.fits(kind, n, k):
-                out[tensor.name] = kind
+                order = _row_order(processor, tensor.name, n, mapping)
+                if order is not False:
+                    out[tensor.name] = (kind, order)
     return out
+
+
+def _row_order(processor: Any, name: str, n: int, mapping: dict[str, str]) -> Any:
+    """What transformers' GGUF ``processor`` does to the ``n`` output rows of tensor ``name``,
+    found by running it on the row numbers: None (nothing), the row order it applies (an
+    int64 array: row ``i`` of the result is row ``order[i]`` of the file), or False (anything
+    else: values changed, rows merged or renamed; that tensor is dequantised instead)."""
+    import numpy as np
+
+    probe = np.arange(n, dtype=np.float64).reshape(n, 1)
+    try:
+        result = processor.process(
+            weights=probe.copy(), name=name, tensor_key_mapping=mapping, parsed_parameters={}
+        )
+    except Exception:  # a processor that cannot take the probe: do not guess
+        return False
+    rows = getattr(result, "weights", None)
+    if getattr(result, "name", None) != name or rows is None or np.shape(rows) != (n, 1):
+        return False
+    rows = np.asarray(rows)[:, 0]
+    if not np.array_equal(np.sort(rows), probe[:, 0]):
+        return False
+    order = rows.astype(np.int64)
+    return None if np.array_equal(order, probe[:, 0].astype(np.int64)) else order
 
 
 def _write_quantized(
     reader: Any,
-    names: dict[str, str],
+    names: dict[str, tuple[str, Any]],
     mapping: dict[str, str],
     out: Path,
     advance: Callable[[int], None],
 ) -> None:
-    """The packed integer parts of the linears ``names`` into ``out``/:data:`QUANT`; its
-    metadata maps each module to its kind."""
+    """The packed integer parts of the linears ``names`` (kind, row order) into
+    ``out``/:data:`QUANT`; its metadata maps each module to its kind. A weight's rows are
+    reordered as whole rows of GGUF blocks (a row is ``k / 256`` blocks), so every value is
+    the file's."""
     from adapld_cli.model import quant
 
     writer = StreamWriter(out / QUANT, 3 * len(names))
     kinds: dict[str, str] = {}
     try:
         for tensor in reader.tensors:
-            kind = names.get(tensor.name)
-            if kind is None:
+            if tensor.name not in names:
                 continue
+            kind, order = names[tensor.name]
             k, n = (int(x) for x in tensor.shape[:2])
-            parts = getattr(quant, f"{kind}k_parts")(tensor.data, n, k)
+            blocks = tensor.data if order is None else tensor.data.reshape(n, -1)[order]
+            parts = getattr(quant, f"{kind}k_parts")(blocks, n, k)
             module = mapping[tensor.name].removesuffix(".weight")
             for key, value in quant.pack(kind, parts).items():
                 writer.add(f"{module}.{key}", value)
@@ -266,7 +311,9 @@ def _write_weights(
     architecture = bytes(arch_field.parts[arch_field.data[0]]).decode() if arch_field else ""
     mapping, processor, expected, linears = _name_map(config, architecture)
     embed = _packable_embedding(reader, mapping, config)
-    kept = _quantized_linears(reader, mapping, processor, linears) if quantized else {}
+    kept = {}
+    if quantized and architecture in KERNEL_ARCHS:
+        kept = _quantized_linears(reader, mapping, processor, linears)
     order = sorted(
         (t for t in reader.tensors if t.name != embed and t.name not in kept),
         key=lambda t: -_storage_dtype(t.tensor_type).itemsize,
@@ -441,6 +488,7 @@ def _write_cache(gguf: Path, out: Path, progress: bool, quantized: bool) -> None
 
     with _one_reader(gguf) as reader:
         config, tokenizer = _config_and_tokenizer(gguf)
+        _head_size_from_file(config, reader)
         config.dtype = "bfloat16"
         _write_weights(gguf, reader, out, config, progress, quantized)
     config.save_pretrained(out)

@@ -142,7 +142,7 @@ def gguf_facts(path: Path) -> dict[str, Any]:
     else the reason it runs on dequantised bfloat16 weights)."""
     from gguf import GGUFReader
 
-    from adapld_cli.model.convert import QUANT_TYPES
+    from adapld_cli.model.convert import KERNEL_ARCHS, QUANT_TYPES
 
     try:
         reader = GGUFReader(str(path), "r")
@@ -154,8 +154,8 @@ def gguf_facts(path: Path) -> dict[str, Any]:
     floats = {"F32", "F16", "BF16"}
     other = [t for t in types if t not in floats and t not in QUANT_TYPES]
     why = None
-    if arch != "qwen2":
-        why = f"architecture {arch}: the 4-bit kernels cover Qwen2"
+    if arch not in KERNEL_ARCHS:
+        why = f"architecture {arch}: the 4-bit kernels cover {', '.join(KERNEL_ARCHS)}"
     elif not any(t in QUANT_TYPES for t in types):
         why = f"no {' or '.join(QUANT_TYPES)} tensors"
     elif other:

@@ -26,7 +26,7 @@ spins meanwhile; docs/design.md, "The lean forward"; docs/performance.md, "Run H
   calls, so forward hooks fire), the final norm; the 4D mask is passed through as
   transformers would (it returns a prepared 4D mask as it is).
 
-Only what it recognises is rewired (:func:`reason` says why not): a Qwen2 or Llama causal LM
+Only what it recognises is rewired (:func:`reason` says why not): a Qwen2, Qwen3 or Llama causal LM
 on the CPU with the ``exact`` kernels and the native attention, full attention in every
 layer, SiLU MLPs. Anything else keeps transformers' forward. ``$ADAPLD_LEAN=0`` turns it off
 (comparisons).
@@ -39,7 +39,7 @@ import types
 from typing import Any
 
 ENV_LEAN = "ADAPLD_LEAN"
-FAMILIES = ("qwen2", "llama")
+FAMILIES = ("qwen2", "qwen3", "llama")
 
 
 def enabled() -> bool:
@@ -196,7 +196,8 @@ def native_layer(layer: Any, config: Any) -> Any | None:
     heads, kv_heads, d = config.num_attention_heads, config.num_key_value_heads, attn.head_dim
     norms = (layer.input_layernorm, layer.post_attention_layernorm)
     if not (
-        qkv.fused
+        getattr(attn, "q_norm", None) is None  # Qwen3's per-head q/k norms: the Python form
+        and qkv.fused
         and gate_up.fused
         and qkv.sizes == [heads * d, kv_heads * d, kv_heads * d]
         and all(isinstance(p, cls) and p.int8 for p in (attn.o_proj, mlp.down_proj))
@@ -223,7 +224,8 @@ def native_layer(layer: Any, config: Any) -> Any | None:
 
 
 def _rms_norm(norm: Any, x: Any) -> Any:
-    """``Qwen2RMSNorm`` / ``LlamaRMSNorm``'s own forward, without the module call."""
+    """``Qwen2RMSNorm`` / ``Qwen3RMSNorm`` / ``LlamaRMSNorm``'s own forward, without the
+    module call."""
     return type(norm).forward(norm, x)
 
 
@@ -249,8 +251,11 @@ def _attention(layer: Any, x: Any, cos: Any, sin: Any, mask: Any, cache: Any) ->
     attn = layer.self_attn
     n, d = x.shape[1], attn.head_dim
     q, k, v = attn.adapld_qkv(x)  # [1, n, heads * d] each
-    q = q.view(1, n, -1, d).transpose(1, 2)  # [1, H, n, d]
-    k = k.view(1, n, -1, d).transpose(1, 2)  # [1, KV, n, d]
+    q, k = q.view(1, n, -1, d), k.view(1, n, -1, d)
+    if getattr(attn, "q_norm", None) is not None:  # Qwen3: per head, before RoPE
+        q, k = _rms_norm(attn.q_norm, q), _rms_norm(attn.k_norm, k)
+    q = q.transpose(1, 2)  # [1, H, n, d]
+    k = k.transpose(1, 2)  # [1, KV, n, d]
     v = v.view(1, n, -1, d).transpose(1, 2)
     q, k = attn.adapld_rope(q, k, cos, sin)
     keys, values = cache.update(k, v, attn.layer_idx)  # [1, KV, S, d] views

@@ -20,11 +20,11 @@ from tests.tiny_models import one_thread, random_prompt, tiny_model
 
 DTYPES = [torch.float32, torch.bfloat16]
 # what the exactness tests run on: dense weights in each dtype, and bfloat16 activations on
-# 4-bit (Q4_K-style) and 6-bit (Q6_K-style) weights with the quantized kernels
-# (adapld_cli.model.quant)
+# 4-bit (Q4_K-style), 6-bit (Q6_K-style) and 8-bit (Q8_0-style) weights with the quantized
+# kernels (adapld_cli.model.quant)
 WEIGHTS = [(torch.float32, None), (torch.bfloat16, None), (torch.bfloat16, "q4"),
-           (torch.bfloat16, "q6")]  # fmt: skip
-WEIGHT_IDS = ["float32", "bfloat16", "q4", "q6"]
+           (torch.bfloat16, "q6"), (torch.bfloat16, "q8")]  # fmt: skip
+WEIGHT_IDS = ["float32", "bfloat16", "q4", "q6", "q8"]
 ARCHS = ["qwen2", "llama", "qwen3", "gpt2"]
 # a 10-node chain from the root, a 5-node branch under node 3, a 2-node branch at the root
 PARENTS = [-1, *range(9), 3, 10, 11, 12, 13, 0, 15]

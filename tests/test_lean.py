@@ -24,8 +24,9 @@ WEIGHTS = [
     (torch.bfloat16, "q6", "int8"),
     (torch.bfloat16, "q6", "bfloat16"),
     (torch.bfloat16, "q4_k_m", "int8"),
+    (torch.bfloat16, "q8", "int8"),
 ]
-IDS = ["float32", "bfloat16", "q4-int8", "q4-bf16", "q6-int8", "q6-bf16", "q4_k_m-int8"]
+IDS = ["float32", "bfloat16", "q4-int8", "q4-bf16", "q6-int8", "q6-bf16", "q4_k_m-int8", "q8-int8"]
 PARENTS = [-1, 0, 1, 2, 1, 4, 0, 6, 7]  # a chain with two branches
 
 

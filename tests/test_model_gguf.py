@@ -37,14 +37,26 @@ def _byte_alphabet() -> list[str]:
     return [table[b] for b in range(256)]
 
 
+def random_blocks(shape: tuple[int, ...], kind, rng) -> np.ndarray:
+    """Random valid blocks of a GGUF quantized type for a ``shape`` (rows, k) tensor: K-quants
+    by :func:`random_kquant`, the 32-input formats by ``gguf``'s own quantizer of random
+    weights (every bit pattern of their values occurs)."""
+    from gguf.quants import quantize
+
+    if kind.name.endswith("_K"):
+        return random_kquant(shape, kind, rng)
+    return quantize((rng.standard_normal(shape) * 0.05).astype(np.float32), kind)
+
+
 def random_kquant(shape: tuple[int, ...], kind, rng) -> np.ndarray:
-    """Random valid Q4_K / Q6_K blocks for a ``shape`` (rows, k) tensor (the ``gguf`` package
-    cannot quantize to these types): random integers and 6-bit scales, small float16 ``d``."""
+    """Random valid Q4_K / Q5_K / Q6_K blocks for a ``shape`` (rows, k) tensor (the ``gguf``
+    package cannot quantize to these types): random integers and 6-bit scales, small float16
+    ``d``."""
     rows, k = shape
-    size = {"Q4_K": 144, "Q6_K": 210}[kind.name]
+    size = {"Q4_K": 144, "Q5_K": 176, "Q6_K": 210}[kind.name]
     blocks = rng.integers(0, 256, (rows * k // 256, size), dtype=np.uint8)
     d = rng.uniform(2e-5, 6e-5, (len(blocks), 2)).astype(np.float16).view(np.uint8)
-    if kind.name == "Q4_K":
+    if kind.name in ("Q4_K", "Q5_K"):
         blocks[:, 0:4] = d  # d, dmin
     else:
         blocks[:, 208:210] = d[:, 0:2]

@@ -94,7 +94,7 @@ def test_model_list_shows_every_store(layout):
         row = rows[spec]
         assert row["store"] == store and row["architecture"] == "qwen2"
         assert row["size_bytes"] == layout["gguf"].stat().st_size
-        assert row["kernels"] == "no Q4_K or Q6_K tensors"  # the tiny GGUF is float32
+        assert row["kernels"].startswith("no tensors of a type the kernels take (Q4_K, Q6_K, Q8_0")
         assert stores.find(spec) is not None  # the listed string loads
     assert rows["coder-1.5b"]["store"] == "embedded"
     assert not any("mmproj" in name for name in rows)

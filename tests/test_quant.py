@@ -24,9 +24,10 @@ from tests.test_model_gguf import write_tiny_gguf
 if "AVX-512 BF16" in (quant.unavailable() or ""):
     pytest.skip(quant.unavailable(), allow_module_level=True)
 
-SHAPES = {"q4": (48, 96), "q6": (32, 80)}
+SHAPES = {"q4": (48, 96), "q6": (32, 80), "q8": (48, 96)}
 # two full super-blocks and a partial one (the blocked int8 form walks super-blocks)
-WIDE = {"q4": (32, 608), "q6": (16, 592)}
+WIDE = {"q4": (32, 608), "q6": (16, 592), "q8": (32, 608)}
+QUANTIZE = {"q4": quant.quantize_q4, "q6": quant.quantize_q6, "q8": quant.quantize_q8}
 
 
 @pytest.fixture(autouse=True)
@@ -38,7 +39,7 @@ def _layer(kind: str, seed: int = 0, activations: str = "bfloat16", wide: bool =
     n, k = (WIDE if wide else SHAPES)[kind]
     gen = torch.Generator().manual_seed(seed)
     w = torch.randn(n, k, generator=gen) * 0.05
-    parts = quant.quantize_q4(w) if kind == "q4" else quant.quantize_q6(w)
+    parts = QUANTIZE[kind](w)
     bias = torch.randn(n, generator=gen).bfloat16()
     layer = quant.quant_linear_class()(kind, quant.pack(kind, parts), k, bias, activations)
     return layer, quant.dequantize(kind, parts), bias
@@ -86,17 +87,21 @@ def test_every_row_is_the_row_alone_for_any_row_count_and_threads(kind, activati
     assert layer(x.reshape(2, 65, -1)).shape == (2, 65, w.shape[0])  # batch dimensions kept
 
 
-@pytest.mark.parametrize("kind", ["Q4_K", "Q6_K"])
+@pytest.mark.parametrize("kind", ["Q4_K", "Q6_K", *quant.Q8_TYPES])
 def test_gguf_blocks_are_read_exactly(kind):
+    """Every GGUF type on the kernels: the parts stand for the very values ``gguf``
+    dequantises, and (q8) the packed layout gives them back."""
     from gguf import GGMLQuantizationType, dequantize
 
-    from tests.test_model_gguf import random_kquant
+    from tests.test_model_gguf import random_blocks
 
     ggml = GGMLQuantizationType[kind]
-    blocks = random_kquant((32, 512), ggml, np.random.default_rng(0))
-    parts = getattr(quant, f"{kind[:2].lower()}k_parts")(blocks, 32, 512)
+    blocks = random_blocks((32, 512), ggml, np.random.default_rng(0))
+    name, parts = quant.gguf_parts(kind, blocks, 32, 512)
     ref = torch.from_numpy(dequantize(blocks, ggml).reshape(32, 512))
-    assert torch.equal(quant.dequantize(kind[:2].lower(), parts), ref)
+    assert torch.equal(quant.dequantize(name, parts), ref)
+    if name == "q8":
+        assert torch.equal(quant.unpack_q8(quant.pack(name, parts)), ref)
 
 
 def test_quantize_round_trips_within_a_step():
@@ -229,6 +234,56 @@ def test_kquant_gguf_of_other_architectures_runs_the_files_weights(arch, tmp_pat
     assert tree_vs_sequential(loaded.model, prefix, tokens, parents) == (len(parents), 0.0)
 
 
+# the 32-input block formats and Q5_K (the q8 kind), as a Q4_K_M or Q8_0 file of a model
+# whose widths are not multiples of 256 stores many of its linears
+BLOCK_TYPES = {
+    "token_embd.weight": "Q8_0",
+    "blk.0.attn_q.weight": "Q5_0",
+    "blk.0.attn_k.weight": "Q5_0",
+    "blk.0.attn_v.weight": "Q8_0",
+    "blk.0.attn_output.weight": "Q4_0",
+    "blk.0.ffn_gate.weight": "Q4_1",
+    "blk.0.ffn_up.weight": "Q5_1",
+    "blk.0.ffn_down.weight": "Q5_K",
+}
+
+
+@pytest.mark.parametrize("arch", ["qwen2", "llama"])
+def test_block_format_gguf_runs_every_linear_on_the_kernels(arch, tmp_path, monkeypatch):
+    """Q8_0, Q5_0, Q5_1, Q4_0, Q4_1 and Q5_K linears stay in their integers (q8), each the
+    file's weights where the reader puts them (int8 inputs: a one-hot row gives its weights
+    up to the input scale's rounding), and draft-tree rows are single steps bit for bit."""
+    from gguf import GGMLQuantizationType
+
+    monkeypatch.delenv(quant.ENV_ACTIVATIONS, raising=False)
+    path = tmp_path / f"tiny-blocks-{arch}.gguf"
+    types = {k: GGMLQuantizationType[v] for k, v in BLOCK_TYPES.items()}
+    write_tiny_gguf(path, hidden=256, heads=4, kv=2, ffn=512, quant=types, arch=arch)
+    loaded = load(str(path), device="cpu", dtype="bfloat16")
+    monkeypatch.setenv("ADAPLD_KERNELS", "stock")  # plain nn.Linear weights to compare
+    plain = load(str(path), device="cpu", dtype="float32", weights="dequantized")
+    assert (loaded.weights, loaded.activations) == ("quantized", "int8")
+    cls = quant.quant_linear_class()
+    layer, reference = loaded.model.model.layers[0], plain.model.model.layers[0]
+    kinds = {n: m.kind for n, m in layer.named_modules() if isinstance(m, cls)}
+    assert set(kinds.values()) == {"q8"} and len(kinds) == 7, kinds
+    for name in kinds:
+        want = reference.get_submodule(name).weight.detach().float()  # [out, in]
+        eye = torch.eye(want.shape[1], dtype=torch.bfloat16)
+        module = layer.get_submodule(name)
+        bias = torch.zeros(1) if module.fbias is None else module.fbias
+        with torch.no_grad():
+            got = module(eye).float() - bias  # [in, out]; the output rounded to bfloat16
+        top = (want.abs().max() + bias.abs().max()).item()  # a misplaced weight is ~top off
+        assert (got.T - want).abs().max().item() <= 2**-7 * top, name
+    assert loaded.model.adapld_lean
+    gen = torch.Generator().manual_seed(0)
+    prefix = torch.randint(0, 250, (40,), generator=gen).tolist()
+    parents = dfs_tree(65, seed=1)
+    tokens = torch.randint(0, 250, (len(parents),), generator=gen).tolist()
+    assert tree_vs_sequential(loaded.model, prefix, tokens, parents) == (len(parents), 0.0)
+
+
 def test_activations_choice_is_checked(kquant_gguf, monkeypatch):
     monkeypatch.delenv(quant.ENV_ACTIVATIONS, raising=False)
     assert quant.resolve_activations() == "int8"
@@ -342,6 +397,8 @@ def test_auto_dtype_runs_a_gguf_on_the_kernels_on_any_target(kquant_gguf, monkey
 
 def _float32_product(layer, x: torch.Tensor) -> torch.Tensor:
     """``layer(x)`` as the kernel's float32 sums, before its rounding to bfloat16."""
+    if layer.dense is not None:  # q8 on bfloat16 inputs: the packed oneDNN path
+        return layer.dense(x)
     if layer.int8:
         args = (layer.kind, x, layer.qp, layer.sc, layer.dd, layer.offsets, layer.fbias)
         return layer.run_i8(*args, True)
@@ -413,6 +470,6 @@ def test_the_avx2_build_computes_what_the_avx512_build_does(kquant_gguf, tmp_pat
         assert done.returncode == 0, done.stderr[-2000:]
         got[name] = torch.load(out)
         assert got[name].pop("target") == name
-    assert got["avx512"].keys() == got["avx2"].keys() and len(got["avx2"]) == 28
+    assert got["avx512"].keys() == got["avx2"].keys() and len(got["avx2"]) == 40
     for key, value in got["avx512"].items():
         assert torch.equal(value, got["avx2"][key]), key

@@ -2,7 +2,7 @@
 
 Contract: ``list`` prints every model adapld can load by name here: the embedded ones and
 the GGUFs of Ollama, LM Studio and the Hugging Face cache, each with the ``--model`` string
-to use, its size, architecture and whether the exact 4-bit kernels cover it (``--json``: a
+to use, its size, architecture and whether the exact quantized kernels cover it (``--json``: a
 list of objects); it reads file headers only. ``info`` prints what model adapld would use,
 where its files are, their size, the cache state and the device/dtype it would run on, then
 every embedded model with its state — human-readable on stdout, or one JSON object with
@@ -152,7 +152,7 @@ def list_models(
         return
     width = max(len(r["model"]) for r in rows)
     for r in rows:
-        fast = "4-bit kernels" if r["kernels"] is None else f"bf16 ({r['kernels']})"
+        fast = "exact kernels" if r["kernels"] is None else f"bf16 ({r['kernels']})"
         typer.echo(
             f"{r['model']:<{width}}  {r['store']:<11} {_size(r['size_bytes']):>8}  "
             f"{r['architecture'] or '?':<8} {fast}"

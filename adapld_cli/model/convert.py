@@ -9,7 +9,8 @@ bfloat16 (half of float32; ``from_pretrained`` upcasts to the dtype asked for). 
 embedding that is quantised and not tied to the output layer stays in its GGUF blocks in
 ``adapld-packed-embedding.safetensors`` and is dequantised at load by :func:`restore_packed`
 (exact values, a quarter of the disk). With ``quantized=True`` the linear layers stored as
-Q4_K or Q6_K are not dequantised: their integers and scales go, packed for the CPU kernels of
+a type of :data:`QUANT_TYPES` (Q4_K, Q6_K, Q8_0, Q5_0, Q5_1, Q4_0, Q4_1, Q5_K) are not
+dequantised: their integers and scales go, packed for the CPU kernels of
 :mod:`adapld_cli.model.quant`, into ``adapld-quant.safetensors`` (a third of the disk, and
 what the kernels read). :func:`cache_state` tells whether a folder is "ready",
 "stale" (another source, an older cache format or another transformers major version) or
@@ -39,7 +40,10 @@ MANIFEST = "adapld-manifest.json"
 WEIGHTS = "model.safetensors"
 PACKED = "adapld-packed-embedding.safetensors"
 QUANT = "adapld-quant.safetensors"  # linears kept in their GGUF integers (model/quant.py)
-QUANT_TYPES = {"Q4_K": "q4", "Q6_K": "q6"}
+# GGUF types whose linears keep their integers (model/quant.py: q8 holds the 32-input formats)
+QUANT_TYPES = {"Q4_K": "q4", "Q6_K": "q6"} | {
+    t: "q8" for t in ("Q8_0", "Q5_0", "Q5_1", "Q4_0", "Q4_1", "Q5_K")
+}
 # GGUF architectures whose linears stay quantized (the ones the tests run on the kernels:
 # tests/test_quant.py); any other converts to bfloat16 weights
 KERNEL_ARCHS = ("qwen2", "qwen3", "llama")
@@ -222,9 +226,9 @@ def _quantized_linears(
     reader: Any, mapping: dict[str, str], processor: Any, linears: set[str]
 ) -> dict[str, tuple[str, Any]]:
     """GGUF name -> (kernel kind, row order) of every linear weight that can stay in its GGUF
-    integers: Q4_K or Q6_K, of a shape the kernels take, and either copied as it is by
-    transformers' GGUF processor for this architecture or only reordered by rows (Llama's
-    ``attn_q``/``attn_k``, stored permuted for llama.cpp's rotary layout): the row order is
+    integers: a type of :data:`QUANT_TYPES`, of a shape the kernels take, and either copied
+    as it is by transformers' GGUF processor for this architecture or only reordered by rows
+    (Llama's ``attn_q``/``attn_k``, stored permuted for llama.cpp's rotary layout): the row order is
     None for the first, else the output rows to take, in order (:func:`_row_order`)."""
     from adapld_cli.model import quant
 
@@ -286,7 +290,7 @@ def _write_quantized(
             kind, order = names[tensor.name]
             k, n = (int(x) for x in tensor.shape[:2])
             blocks = tensor.data if order is None else tensor.data.reshape(n, -1)[order]
-            parts = getattr(quant, f"{kind}k_parts")(blocks, n, k)
+            kind, parts = quant.gguf_parts(tensor.tensor_type.name, blocks, n, k)
             module = mapping[tensor.name].removesuffix(".weight")
             for key, value in quant.pack(kind, parts).items():
                 writer.add(f"{module}.{key}", value)

@@ -138,7 +138,7 @@ def embedded_models(quantized: bool = False) -> list[dict[str, Any]]:
 
 def gguf_facts(path: Path) -> dict[str, Any]:
     """A GGUF's architecture and tensor types, read from its header (no tensor data), and
-    whether adapld's exact 4-bit CPU kernels cover it (``kernels``: ``None`` when they do,
+    whether adapld's exact quantized CPU kernels cover it (``kernels``: ``None`` when they do,
     else the reason it runs on dequantised bfloat16 weights)."""
     from gguf import GGUFReader
 
@@ -155,9 +155,9 @@ def gguf_facts(path: Path) -> dict[str, Any]:
     other = [t for t in types if t not in floats and t not in QUANT_TYPES]
     why = None
     if arch not in KERNEL_ARCHS:
-        why = f"architecture {arch}: the 4-bit kernels cover {', '.join(KERNEL_ARCHS)}"
+        why = f"architecture {arch}: the exact kernels cover {', '.join(KERNEL_ARCHS)}"
     elif not any(t in QUANT_TYPES for t in types):
-        why = f"no {' or '.join(QUANT_TYPES)} tensors"
+        why = f"no tensors of a type the kernels take ({', '.join(QUANT_TYPES)})"
     elif other:
-        why = f"{', '.join(other)} tensors: the 4-bit kernels cover {', '.join(QUANT_TYPES)}"
+        why = f"{', '.join(other)} tensors: the exact kernels cover {', '.join(QUANT_TYPES)}"
     return {"architecture": arch, "types": types, "kernels": why}

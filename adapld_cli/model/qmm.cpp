@@ -10,6 +10,9 @@
 //              super-block of 256 inputs;  per group: acc += s * dot(x, q) - m * sum(x)
 //   q6 (Q6_K): w = d * sc[g] * q,  q in -32..31 (int8), group g of 16 inputs, d per 256;
 //              per group: acc += s * dot(x, q)
+//   q8 (Q8_0, Q5_0, Q5_1, Q4_0, Q4_1, Q5_K): w = s[g] * (u - z) - mn[g],  u a byte (0..255),
+//              z the format's zero point, float32 s and mn per group g of 32 inputs; int8
+//              inputs only (see "int8 activations" below)
 //
 // The integers are exact in bfloat16, so dot(x, q) is an avx512_bf16 pair dot product of the
 // bf16 input with the integers themselves. Every output column of every row accumulates over
@@ -528,6 +531,9 @@ torch::Tensor attention(torch::Tensor q, torch::Tensor k, torch::Tensor v, torch
 //   q6 (q -32..31 signed, the inputs as xq + 128 unsigned): A = sum_g sc_g sum(q (xq + 128)),
 //       C = sum_g sc_g sum(q), a constant of the weights (offsets_i8), so that A - 128 C =
 //       sum_g sc_g sum(q xq) exactly; acc += d xs * (A - 128 C), with no per-row term
+//   q8 (u 0..255 unsigned, xq signed), per group g of 32 inputs (xs of its super-block, X_g =
+//       sum_g(xq)): acc += s_g xs * (sum(u xq) - z X_g) [- mn_g xs * X_g]: the integers exact,
+//       then the float steps in group order (no blocked form: every M takes the group loop)
 // Integer sums are exact, so their order is free; the float steps per row and super-block
 // are one fixed sequence whatever M is, and a row's quantization depends on that row alone:
 // row m of an M-row call is still bit for bit row m computed alone.
@@ -656,6 +662,49 @@ inline __m512 close_row(bool q4, __m512i A, __m512i B, float xs, __m512 d, __m51
   }
   const __m512i v = _mm512_sub_epi32(A, _mm512_slli_epi32(B, 5));
   return _mm512_fmadd_ps(_mm512_cvtepi32_ps(v), _mm512_mul_ps(d, x), acc);
+}
+
+// c + the 4-byte dot products of unsigned bytes u and signed bytes x, exact for any bytes
+// (vpdpbusd does not saturate; the AVX2 build widens to int16: qmm_avx2.h dpbusd_wide).
+inline __m512i dpbusd_exact(__m512i c, __m512i u, __m512i x) {
+#ifdef __AVX512F__
+  return _mm512_dpbusd_epi32(c, u, x);
+#else
+  return qmm_avx2::dpbusd_wide_epi32(c, u, x);
+#endif
+}
+
+constexpr int64_t Q8_BYTES = 512;  // one q8 group of one tile: 32 inputs x 16 columns
+
+// One q8 group (the 8 weight vectors w, scales s and mins mn) for the R rows of a row block
+// from row m (x: the block's dwords of this group, quantize_rows' layout): per row the exact
+// integer sum(u xq) - z X_g, then acc += that * (s xs) [- X_g * (mn xs)]. RT rows at a time
+// (AVX2: two, whose sums fit its 16 registers); every row gets the same steps whatever R is.
+template <int R>
+inline void q8_group(const int32_t* x, const __m512i* w, __m512 s, __m512 mn, int32_t z,
+                     bool mins, const int16_t* sums, int64_t sum_stride, const float* xs,
+                     int64_t xs_stride, __m512* acc) {
+#ifdef __AVX512F__
+  constexpr int RT = R;
+#else
+  constexpr int RT = R < 2 ? R : 2;
+#endif
+  for (int r0 = 0; r0 < R; r0 += RT) {
+    __m512i c[RT];
+    for (int r = 0; r < RT; ++r) c[r] = _mm512_setzero_si512();
+#pragma GCC unroll 8
+    for (int p = 0; p < 8; ++p)
+#pragma GCC unroll 8
+      for (int r = 0; r < RT; ++r) c[r] = dpbusd_exact(c[r], w[p], _mm512_set1_epi32(x[p * R + r0 + r]));
+    for (int r = 0; r < RT; ++r) {
+      const int32_t X = sums[(r0 + r) * sum_stride];
+      const __m512 scale = _mm512_set1_ps(xs[(r0 + r) * xs_stride]);
+      const __m512i v = _mm512_sub_epi32(c[r], _mm512_set1_epi32(z * X));
+      __m512 a = _mm512_fmadd_ps(_mm512_cvtepi32_ps(v), _mm512_mul_ps(s, scale), acc[r0 + r]);
+      if (mins) a = _mm512_fnmadd_ps(_mm512_set1_ps((float)X), _mm512_mul_ps(mn, scale), a);
+      acc[r0 + r] = a;
+    }
+  }
 }
 
 // ---- the blocked form, for M >= BLOCKED_ROWS: a super-block's weights unpacked once per tile
@@ -790,9 +839,11 @@ struct Part {
   const uint8_t* Q;
   const uint8_t* SC;
   const float* DD;
-  const int32_t* C4;  // q6: offsets_i8's constant; q4: null
+  const int32_t* C4;  // q6: offsets_i8's constant; q4, q8: null
   const float* Bias;  // null: none
   int64_t T, first;
+  int32_t zero;  // q8: the zero point z
+  bool mins;     // q8: whether w has a min term
 };
 
 // The set holding output tile t (of all sets'), and t's index in it.
@@ -855,10 +906,54 @@ void mm_i8_blocked(bool q4, const QuantRows& qx, int64_t M, int64_t K, int64_t T
 
 }  // namespace
 
+namespace {
+
+// mm_i8 for q8 weights (any M): tiles split over threads, groups in order per tile, each group
+// for all row blocks (q8_group). T: the tiles of all parts.
+void mm_i8_q8(const QuantRows& qx, int64_t M, int64_t K, int64_t T, int64_t G, int64_t S,
+              int64_t GP, const std::vector<Part>& parts, bool out_f32, void* Y) {
+  const int16_t* sums = (const int16_t*)qx.qp.data();  // group g of row m at m 2GP + g
+  at::parallel_for(0, T, 1, [&](int64_t t0, int64_t t1) {
+    alignas(64) __m512i w[8];
+    std::vector<__m512> acc(M);
+    for (int64_t tg = t0; tg < t1; ++tg) {
+      int64_t t;
+      const Part& part = part_of(parts, tg, &t);
+      for (int64_t m = 0; m < M; ++m) acc[m] = _mm512_setzero_ps();
+      for (int64_t g = 0; g < G; ++g) {
+        const uint8_t* qg = part.Q + (t * G + g) * Q8_BYTES;
+        const float* dg = part.DD + (t * G + g) * 32;
+        for (int b = 0; b < 512; b += 64) _mm_prefetch((const char*)qg + 4 * Q8_BYTES + b, _MM_HINT_T0);
+        _mm_prefetch((const char*)(dg + 4 * 32), _MM_HINT_T0);
+        _mm_prefetch((const char*)(dg + 4 * 32 + 16), _MM_HINT_T0);
+#pragma GCC unroll 8
+        for (int i = 0; i < 8; ++i) w[i] = _mm512_loadu_si512(qg + 64 * i);
+        const __m512 s = _mm512_loadu_ps(dg), mn = _mm512_loadu_ps(dg + 16);
+        const int64_t sb = g / 8;  // the inputs' super-block
+        for (int64_t m = 0; m < M;) {
+          const int R = block_rows(M, m);
+          const int32_t* x = qx.xq.data() + m * K / 4 + g * 8 * R;
+          const int16_t* su = sums + m * 2 * GP + g;
+          const float* xs = qx.xs.data() + m * S + sb;
+          __m512* a = acc.data() + m;
+          if (R == RB) q8_group<RB>(x, w, s, mn, part.zero, part.mins, su, 2 * GP, xs, S, a);
+          else if (R == 4) q8_group<4>(x, w, s, mn, part.zero, part.mins, su, 2 * GP, xs, S, a);
+          else q8_group<1>(x, w, s, mn, part.zero, part.mins, su, 2 * GP, xs, S, a);
+          m += R;
+        }
+      }
+      for (int64_t m = 0; m < M; ++m) store_row(acc[m], part.Bias, t, out_f32, Y, m * T * 16 + tg * 16);
+    }
+  });
+}
+
+}  // namespace
+
 // What the int8 form needs beside the weights, made once at load. q4: nothing (an empty
 // tensor: its B multipliers come from the scales, mins_pair). q6: 4 C per tile, super-block
 // and column, C = sum_g sc_g sum(q) over the super-block's groups, int32 [T][S][16] (exact).
 torch::Tensor offsets_i8(std::string kind, torch::Tensor qp, torch::Tensor sc) {
+  if (kind == "q8") return torch::empty({0}, torch::kShort);  // q8: nothing
   const bool q4 = kind == "q4";
   const int64_t T = sc.size(0), G = sc.size(1);
   if (!q4) {
@@ -894,8 +989,9 @@ torch::Tensor mm_i8_parts(std::string kind, torch::Tensor x, std::vector<torch::
                           std::vector<torch::Tensor> offsets, std::vector<torch::Tensor> biases,
                           bool out_f32) {
   TORCH_CHECK(x.scalar_type() == torch::kBFloat16 && x.is_contiguous() && x.dim() == 2);
-  const bool q4 = kind == "q4";
-  const int64_t group = q4 ? 32 : 16, per = 256 / group;
+  TORCH_CHECK(kind == "q4" || kind == "q6" || kind == "q8", "unknown kind ", kind);
+  const bool q4 = kind == "q4", q8 = kind == "q8";
+  const int64_t group = q4 || q8 ? 32 : 16, per = 256 / group;
   const int64_t M = x.size(0), K = x.size(1), G = K / group, S = (K + 255) / 256;
   const int64_t GP = (G + 1) / 2;
   const size_t n = qps.size();
@@ -907,20 +1003,32 @@ torch::Tensor mm_i8_parts(std::string kind, torch::Tensor x, std::vector<torch::
     const auto &qp = qps[i], &sc = scs[i], &dd = dds[i], &off = offsets[i], &b = biases[i];
     const int64_t Ti = qp.size(0);
     TORCH_CHECK(qp.is_contiguous() && sc.is_contiguous() && dd.is_contiguous());
-    TORCH_CHECK(sc.size(0) == Ti && sc.size(1) == G && dd.size(0) == Ti && dd.size(1) == S);
-    TORCH_CHECK(q4 ? qp.size(1) == K / 2
-                   : qp.size(1) == G && qp.size(2) == Q6_BYTES && off.size(0) == Ti &&
-                         off.size(1) == S && off.is_contiguous());
+    if (q8) {
+      TORCH_CHECK(qp.dim() == 3 && qp.size(1) == G && qp.size(2) == Q8_BYTES);
+      TORCH_CHECK(sc.numel() == 2 && sc.scalar_type() == torch::kInt);
+      TORCH_CHECK(dd.dim() == 4 && dd.size(0) == Ti && dd.size(1) == G && dd.size(2) == 2);
+    } else {
+      TORCH_CHECK(sc.size(0) == Ti && sc.size(1) == G && dd.size(0) == Ti && dd.size(1) == S);
+      TORCH_CHECK(q4 ? qp.size(1) == K / 2
+                     : qp.size(1) == G && qp.size(2) == Q6_BYTES && off.size(0) == Ti &&
+                           off.size(1) == S && off.is_contiguous());
+    }
     TORCH_CHECK(b.numel() == 0 || (b.numel() == Ti * 16 && b.is_contiguous() &&
                                    b.scalar_type() == torch::kFloat));
+    const int32_t* zm = q8 ? sc.data_ptr<int32_t>() : nullptr;
     parts.push_back({qp.data_ptr<uint8_t>(), (const uint8_t*)sc.data_ptr(), dd.data_ptr<float>(),
-                     q4 ? nullptr : off.data_ptr<int32_t>(),
-                     b.numel() ? b.data_ptr<float>() : nullptr, Ti, T});
+                     q4 || q8 ? nullptr : off.data_ptr<int32_t>(),
+                     b.numel() ? b.data_ptr<float>() : nullptr, Ti, T, zm ? zm[0] : 0,
+                     zm ? zm[1] != 0 : false});
     T += Ti;
   }
-  const QuantRows qx = quantize_rows(x.data_ptr<at::BFloat16>(), M, K, group, !q4);
+  const QuantRows qx = quantize_rows(x.data_ptr<at::BFloat16>(), M, K, group, kind == "q6");
   auto y = output(x, T * 16, out_f32);
   void* Y = y.data_ptr();
+  if (q8) {
+    mm_i8_q8(qx, M, K, T, G, S, GP, parts, out_f32, Y);
+    return y;
+  }
   if (M >= BLOCKED_ROWS) {
     mm_i8_blocked(q4, qx, M, K, T, G, S, parts, out_f32, Y);
     return y;

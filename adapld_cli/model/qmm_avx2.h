@@ -196,6 +196,19 @@ inline V16i dpbusd_epi32(V16i c, V16i u, V16i s) {
             _mm256_add_epi32(c.hi, _mm256_madd_epi16(_mm256_maddubs_epi16(u.hi, s.hi), one)));
 }
 inline V16i dpwssd_epi32(V16i c, V16i a, V16i b) { return add_epi32(c, madd_epi16(a, b)); }
+// c + 4-byte dot products of unsigned u and signed s for any bytes (q8's weights reach 255,
+// where vpmaddubsw's int16 pair sums would saturate): each byte widened within its 16-bit
+// lane (u by zero-, s by sign-extension), then vpmaddwd on the even and the odd bytes: the
+// exact integers vpdpbusd gives.
+inline __m256i dpbusd_wide(__m256i c, __m256i u, __m256i s) {
+  const __m256i low = _mm256_set1_epi16(0x00FF);
+  const __m256i ue = _mm256_and_si256(u, low), uo = _mm256_srli_epi16(u, 8);
+  const __m256i se = _mm256_srai_epi16(_mm256_slli_epi16(s, 8), 8), so = _mm256_srai_epi16(s, 8);
+  return _mm256_add_epi32(c, _mm256_add_epi32(_mm256_madd_epi16(ue, se), _mm256_madd_epi16(uo, so)));
+}
+inline V16i dpbusd_wide_epi32(V16i c, V16i u, V16i s) {
+  return mk(dpbusd_wide(c.lo, u.lo, s.lo), dpbusd_wide(c.hi, u.hi, s.hi));
+}
 
 // A group's scales in the form scaled_dots_i16 takes them: the int32 scale of each column
 // (|sc| < 2^15: q4 0..63, q6 -128..127) as two equal int16 in its dword.

@@ -19,8 +19,14 @@ Contract:
   steps, as with packed bfloat16.
   The weights are those of the GGUF (``w = d*sc*q - dmin*m``); sums in float32 (bfloat16
   inputs) or exact integers per super-block, then float32 (int8 inputs).
-- :func:`q4k_parts` / :func:`q6k_parts` read raw GGUF blocks; :func:`quantize_q4` /
-  :func:`quantize_q6` make the same parts from float weights (tests, models without a GGUF);
+- ``q8``: the GGUF formats of 32-input groups (:data:`Q8_TYPES`: Q8_0, Q5_0, Q5_1, Q4_0,
+  Q4_1, Q5_K) as one byte a weight, ``w = s * (u - z) - mn``; int8 inputs only (with
+  ``bfloat16`` activations such a layer runs its weights dequantised to bfloat16 on the
+  packed oneDNN path, exact too). A byte a weight is more memory than the file's 4.5-8.5
+  bits; the products are exact integers all the same.
+- :func:`gguf_parts` reads raw GGUF blocks of any type above (:func:`q4k_parts`,
+  :func:`q6k_parts`, :func:`q8_parts`); :func:`quantize_q4` / :func:`quantize_q6` /
+  :func:`quantize_q8` make the same parts from float weights (tests, models without a GGUF);
   :func:`pack` turns parts into the kernel layout (a dict of tensors, what the cache stores).
 """
 
@@ -31,8 +37,12 @@ import hashlib
 from pathlib import Path
 from typing import Any
 
-KINDS = ("q4", "q6")
-GROUP = {"q4": 32, "q6": 16}
+KINDS = ("q4", "q6", "q8")
+GROUP = {"q4": 32, "q6": 16, "q8": 32}
+# GGUF types of 32-input groups that the q8 kind holds exactly: values as bytes u with the
+# format's zero point z, w = s * (u - z) - mn (s, mn float32 per group; Q5_K's s = d * sc and
+# mn = dmin * m are exact float32 products)
+Q8_TYPES = ("Q8_0", "Q5_0", "Q5_1", "Q4_0", "Q4_1", "Q5_K")
 SUPER = 256  # inputs per float16 d (a GGUF K-quant super-block)
 SOURCE = Path(__file__).with_name("qmm.cpp")
 HEADERS = (SOURCE.with_name("qmm_avx2.h"),)  # what qmm.cpp includes from its folder
@@ -294,6 +304,80 @@ def q6k_parts(blocks: Any, n: int, k: int) -> dict[str, Any]:
     }
 
 
+def gguf_parts(ggml_type: str, blocks: Any, n: int, k: int) -> tuple[str, dict[str, Any]]:
+    """(kind, integer parts) of an ``[n, k]`` weight stored as GGUF ``ggml_type`` blocks."""
+    if ggml_type == "Q4_K":
+        return "q4", q4k_parts(blocks, n, k)
+    if ggml_type == "Q6_K":
+        return "q6", q6k_parts(blocks, n, k)
+    return "q8", q8_parts(ggml_type, blocks, n, k)
+
+
+def q8_parts(ggml_type: str, blocks: Any, n: int, k: int) -> dict[str, Any]:
+    """Blocks of a :data:`Q8_TYPES` type (the layouts of ``gguf.quants``) -> ``q [n, k]``
+    uint8 values ``u``, ``s``/``mn [n, k/32]`` float32, ``z`` the zero point, ``mins``
+    whether ``mn`` is used: ``w = s * (u - z) - mn``, the value ``gguf`` dequantises."""
+    import numpy as np
+    import torch
+
+    sizes = {"Q8_0": 34, "Q4_0": 18, "Q4_1": 20, "Q5_0": 22, "Q5_1": 24, "Q5_K": 176}
+    b = np.asarray(blocks, dtype=np.uint8).reshape(-1, sizes[ggml_type])
+    nb = len(b)
+
+    def f16(a: Any) -> Any:
+        return np.ascontiguousarray(a).view(np.float16).astype(np.float32)
+
+    def nibbles(qs: Any) -> Any:  # [nb, 16] -> [nb, 32]: low nibbles, then high
+        return np.concatenate([qs & 0x0F, qs >> 4], axis=1)
+
+    def high_bits(qh: Any) -> Any:  # [nb, 4] (a little-endian uint32) -> [nb, 32] 0/1
+        bits = np.ascontiguousarray(qh).view(np.uint32).reshape(nb, 1)
+        return ((bits >> np.arange(32, dtype=np.uint32)) & 1).astype(np.uint8)
+
+    zero, mins = 0, False
+    mn = np.zeros((nb, 1), np.float32)
+    if ggml_type == "Q8_0":
+        s, q = f16(b[:, 0:2]), (b[:, 2:].view(np.int8).astype(np.int16) + 128).astype(np.uint8)
+        zero = 128
+    elif ggml_type in ("Q4_0", "Q5_0"):
+        s = f16(b[:, 0:2])
+        q = nibbles(b[:, 2:18]) if ggml_type == "Q4_0" else nibbles(b[:, 6:22])
+        if ggml_type == "Q5_0":
+            q = q | (high_bits(b[:, 2:6]) << 4)
+        zero = 8 if ggml_type == "Q4_0" else 16
+    elif ggml_type in ("Q4_1", "Q5_1"):
+        s, mn, mins = f16(b[:, 0:2]), -f16(b[:, 2:4]), True
+        q = nibbles(b[:, 4:20]) if ggml_type == "Q4_1" else nibbles(b[:, 8:24])
+        if ggml_type == "Q5_1":
+            q = q | (high_bits(b[:, 4:8]) << 4)
+    elif ggml_type == "Q5_K":
+        from gguf.quants import Q4_K
+
+        d, dmin = f16(b[:, 0:2]), f16(b[:, 2:4])
+        sc, m = Q4_K.get_scale_min(b[:, 4:16])  # [nb, 8] each
+        s = (d * sc.reshape(nb, 8).astype(np.float32)).reshape(-1, 1)
+        mn = (dmin * m.reshape(nb, 8).astype(np.float32)).reshape(-1, 1)
+        mins = True
+        qh, qs = b[:, 16:48], b[:, 48:176]
+        low = (qs.reshape(nb, 4, 1, 32) >> np.array([0, 4], np.uint8).reshape(1, 1, 2, 1)) & 15
+        high = (qh.reshape(nb, 1, 32) >> np.arange(8, dtype=np.uint8).reshape(1, 8, 1)) & 1
+        q = low.reshape(nb, 8, 32) | (high << 4)
+    else:
+        raise ValueError(f"{ggml_type} is not a q8 type ({', '.join(Q8_TYPES)})")
+    groups = k // 32
+
+    def t(a: Any, cols: int) -> Any:
+        return torch.from_numpy(np.ascontiguousarray(a).reshape(n, cols))
+
+    return {
+        "q": t(q.astype(np.uint8), k),
+        "s": t(s.astype(np.float32), groups),
+        "mn": t(np.broadcast_to(mn, s.shape).astype(np.float32), groups),
+        "z": zero,
+        "mins": mins,
+    }
+
+
 def _two_level(scale: Any, per: int, top: int) -> tuple[Any, Any]:
     """Per-group float scales ``[n, g]`` -> (float16-exact ``d [n, ceil(g/per)]`` per
     super-block of ``per`` groups, integer multipliers ``[n, g]`` in ``-top..top``) with
@@ -346,8 +430,26 @@ def quantize_q6(w: Any) -> dict[str, Any]:
     return {"q": q.reshape(n, k).to(torch.int8), "sc": sc.to(torch.int8), "d": d}
 
 
+def quantize_q8(w: Any) -> dict[str, Any]:
+    """Float weight ``[n, k]`` (k a multiple of 32) -> Q8_0-style q8 parts (float16 ``s`` per
+    group, ``u = q + 128``; see :func:`q8_parts`)."""
+    import torch
+
+    n, k = w.shape
+    groups = w.float().reshape(n, k // 32, 32)
+    s = (groups.abs().amax(-1) / 127).half().float()
+    step = torch.where(s > 0, s, torch.ones_like(s))
+    q = torch.round(groups / step[..., None]).clamp(-127, 127) + 128
+    return {"q": q.reshape(n, k).to(torch.uint8), "s": s, "mn": torch.zeros_like(s), "z": 128,
+            "mins": False}  # fmt: skip
+
+
 def dequantize(kind: str, parts: dict[str, Any]) -> Any:
     """The float32 weight ``[n, k]`` the parts stand for (reference for tests)."""
+    if kind == "q8":  # s * (u - z) - mn, per input
+        u = parts["q"].float() - parts["z"]
+        w = u * parts["s"].repeat_interleave(32, 1)
+        return w - parts["mn"].repeat_interleave(32, 1) if parts["mins"] else w
     q = parts["q"].float()
     n, k = q.shape
     group = GROUP[kind]
@@ -383,7 +485,11 @@ def pack(kind: str, parts: dict[str, Any]) -> dict[str, Any]:
     def per_tile(a: Any) -> Any:  # [n, c] -> [tiles, c, 16]
         return a.reshape(tiles, 16, -1).permute(0, 2, 1)
 
-    if kind == "q4":
+    if kind == "q8":  # [tiles, groups, 8 dwords, 16 columns, 4 bytes]
+        qp = q.reshape(tiles, 16, k // 32, 8, 4).permute(0, 2, 3, 1, 4).reshape(tiles, k // 32, -1)
+        sc = torch.tensor([int(parts["z"]), int(parts["mins"])], dtype=torch.int32)
+        dd = torch.stack([per_tile(parts["s"]), per_tile(parts["mn"])], 2)  # [tiles, G, 2, 16]
+    elif kind == "q4":
         pairs = q.reshape(tiles, 16, k // 2, 2).permute(0, 2, 1, 3)  # [tiles, k/2, 16, 2]
         qp = pairs[..., 0] | (pairs[..., 1] << 4)
         sc = torch.stack([per_tile(parts["sc"]), per_tile(parts["mn"])], 2)
@@ -396,6 +502,21 @@ def pack(kind: str, parts: dict[str, Any]) -> dict[str, Any]:
         "sc": sc.contiguous(),
         "dd": dd.float().contiguous(),
     }
+
+
+def unpack_q8(packed: dict[str, Any]) -> Any:
+    """The float32 weight ``[n, k]`` of a packed q8 layer (:func:`pack`'s inverse, then
+    :func:`dequantize`)."""
+    qp, dd = packed["qp"], packed["dd"]
+    tiles, groups = qp.shape[:2]
+    q = qp.reshape(tiles, groups, 8, 16, 4).permute(0, 3, 1, 2, 4).reshape(tiles * 16, -1)
+
+    def rows(a: Any) -> Any:  # [tiles, groups, 16] -> [n, groups]
+        return a.permute(0, 2, 1).reshape(tiles * 16, groups)
+
+    z, mins = (int(v) for v in packed["sc"].tolist())
+    parts = {"q": q, "s": rows(dd[:, :, 0]), "mn": rows(dd[:, :, 1]), "z": z, "mins": bool(mins)}
+    return dequantize("q8", parts)
 
 
 def pack_q6_values(q: Any) -> Any:
@@ -449,12 +570,24 @@ def _quant_linear_class() -> type:
             # what the int8 form needs beside the weights (q6: a per-column constant)
             offsets = ext.offsets_i8(kind, packed["qp"], packed["sc"]) if self.int8 else None
             self.register_buffer("offsets", offsets, persistent=False)
-            self.run = getattr(ext, f"mm_{kind}")
+            self.run = getattr(ext, f"mm_{kind}", None)
             self.run_i8 = ext.mm_i8
             self.dtype = torch.bfloat16
+            self.dense = None  # q8 with bfloat16 inputs: its weights on the packed path
+            if kind == "q8" and not self.int8:
+                from adapld_cli.model.kernels import packed_linear_class
+
+                linear = torch.nn.Linear(in_features, self.out_features, bias=bias is not None)
+                with torch.no_grad():
+                    linear.weight.copy_(unpack_q8(packed))
+                    if bias is not None:
+                        linear.bias.copy_(bias.float())
+                self.dense = packed_linear_class()(linear.to(torch.bfloat16))
 
         def forward(self, x: torch.Tensor) -> torch.Tensor:
             shape = x.shape
+            if self.dense is not None:
+                return self.dense(x.to(torch.bfloat16))
             x2 = x.reshape(-1, shape[-1]).to(torch.bfloat16).contiguous()  # [M, in]
             if self.int8:
                 y = self.run_i8(
@@ -504,7 +637,7 @@ def quantize_model(model: Any, kind: str = "q4") -> int:
             w = w if isinstance(child, torch.nn.Linear) else w.t()  # Conv1D stores [in, out]
             n, k = w.shape
             if fits(kind, n, k):
-                parts = quantize_q4(w) if kind == "q4" else quantize_q6(w)
+                parts = {"q4": quantize_q4, "q6": quantize_q6, "q8": quantize_q8}[kind](w)
                 setattr(module, name, cls(kind, pack(kind, parts), k, child.bias))
                 count += 1
     return count

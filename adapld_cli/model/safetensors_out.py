@@ -23,6 +23,7 @@ DTYPE_CODES = {
     "bfloat16": "BF16",
     "uint8": "U8",
     "int8": "I8",
+    "int32": "I32",
 }
 HEADER_BYTES_PER_TENSOR = 256
 
@@ -39,7 +40,7 @@ class StreamWriter:
         self._fh.seek(8 + self.reserve)
 
     def add(self, name: str, tensor: Any) -> int:
-        """Append one torch tensor (F32, F16, BF16, U8 or I8); return the bytes written."""
+        """Append one torch tensor (F32, F16, BF16, U8, I8 or I32); return the bytes written."""
         import torch
 
         dtype = str(tensor.dtype).removeprefix("torch.")

@@ -25,7 +25,7 @@ DTYPES = [torch.float32, torch.bfloat16]
 WEIGHTS = [(torch.float32, None), (torch.bfloat16, None), (torch.bfloat16, "q4"),
            (torch.bfloat16, "q6"), (torch.bfloat16, "q8")]  # fmt: skip
 WEIGHT_IDS = ["float32", "bfloat16", "q4", "q6", "q8"]
-ARCHS = ["qwen2", "llama", "qwen3", "gpt2"]
+ARCHS = ["qwen2", "llama", "qwen3", "gemma3", "gpt2"]
 # a 10-node chain from the root, a 5-node branch under node 3, a 2-node branch at the root
 PARENTS = [-1, *range(9), 3, 10, 11, 12, 13, 0, 15]
 # the widest pass the engine makes: the root plus the default node budget
@@ -247,6 +247,42 @@ def test_greedy_adapld_is_plain_decoding_in_any_dtype(arch, dtype, quantized):
             lexical=s.lexical_accepted, branch=s.branch_accepted, semantic=s.semantic_accepted
         )
     assert min(accepted["lexical"], accepted["branch"], accepted["semantic"]) > 0, accepted
+
+
+@pytest.mark.parametrize("native", [True, False], ids=["native", "torch"])
+def test_sliding_window_layers_attend_only_their_window(native, monkeypatch):
+    """Gemma 3's sliding-window layers on the exact attention (the engine's caches keep every
+    position; the window is the attention's: kernels.window_plan): single decoding steps and
+    a draft tree's nodes past the window get what transformers' own model computes with its
+    sliding-window masks, and the window matters (attending every key differs)."""
+    from tests.tiny_models import WINDOW
+
+    if not native:
+        monkeypatch.setattr(kernels, "_NATIVE", False)
+    model = _packed("gemma3", torch.float32)
+    stock = tiny_model("gemma3", dtype="float32")
+    gen = torch.Generator().manual_seed(3)
+    ids = torch.randint(0, 48, (3 * WINDOW,), generator=gen).tolist()
+    with torch.no_grad():  # its sliding-window mask on the sliding layers
+        want = stock(torch.tensor([ids])).logits[0]  # [L, vocab]
+    runner = ModelRunner(model, hidden_layer=None, want_hidden=False)
+    runner.prefill(ids[:WINDOW], 0)
+    steps = [runner.step([t], None, None).logits.row(0) for t in ids[WINDOW:]]
+    got = torch.stack(steps)  # positions WINDOW .. 3 WINDOW - 1
+    assert torch.allclose(got, want[WINDOW:], atol=1e-5, rtol=1e-4)
+    # a chain of draft nodes past the window, in one tree pass
+    runner = ModelRunner(model, hidden_layer=None, want_hidden=False)
+    runner.prefill(ids[: 2 * WINDOW], 0)
+    chain = list(range(-1, WINDOW - 1))
+    tree = tree_pass(runner, ids[2 * WINDOW :], chain)
+    assert torch.allclose(tree, want[2 * WINDOW :], atol=1e-5, rtol=1e-4)
+    # without the window, the same steps differ
+    monkeypatch.setattr(stock.config, "sliding_window", 10**6)
+    for layer in stock.model.layers:
+        layer.self_attn.sliding_window = None
+    with torch.no_grad():
+        full = stock(torch.tensor([ids])).logits[0]
+    assert not torch.allclose(full[WINDOW:], want[WINDOW:], atol=1e-3)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)

@@ -1,11 +1,13 @@
-"""Tiny causal LMs for engine tests: randomly initialised Llama, Qwen2, Qwen3 and GPT-2 (float64 by
-default), and successor models whose next token is scripted (:func:`successor_lm`)."""
+"""Tiny causal LMs for engine tests: randomly initialised Llama, Qwen2, Qwen3, Gemma 3 (with
+sliding-window layers) and GPT-2 (float64 by default), and successor models whose next token
+is scripted (:func:`successor_lm`)."""
 
 from __future__ import annotations
 
 import random
 
 VOCAB = 48
+WINDOW = 24  # the tiny Gemma 3's sliding window: shorter than the tests' prompts
 
 
 def one_thread():
@@ -37,6 +39,8 @@ def tiny_model(
 ):
     import torch
     from transformers import (
+        Gemma3ForCausalLM,
+        Gemma3TextConfig,
         GPT2Config,
         GPT2LMHeadModel,
         LlamaConfig,
@@ -59,8 +63,15 @@ def tiny_model(
             "qwen2": (Qwen2Config, Qwen2ForCausalLM),
             "qwen3": (Qwen3Config, Qwen3ForCausalLM),
             "llama": (LlamaConfig, LlamaForCausalLM),
+            "gemma3": (Gemma3TextConfig, Gemma3ForCausalLM),
         }[arch]
-        extra = {"head_dim": hidden // 4} if arch == "qwen3" else {}  # its default is 128
+        extra = {"head_dim": hidden // 4} if arch in ("qwen3", "gemma3") else {}  # default 128/256
+        if arch == "gemma3":  # two sliding-window layers of WINDOW positions, then a full one
+            extra |= {
+                "sliding_window": WINDOW,
+                "layer_types": ["sliding_attention", "sliding_attention", "full_attention"],
+                "query_pre_attn_scalar": hidden // 4,
+            }
         cfg = cls_cfg(
             hidden_size=hidden,
             intermediate_size=intermediate,

@@ -32,7 +32,7 @@ from typing import Any
 
 import torch
 from transformers import DynamicCache
-from transformers.cache_utils import DynamicLayer
+from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer
 
 
 class GrowingLayer(DynamicLayer):
@@ -153,10 +153,18 @@ class GrowingLayer(DynamicLayer):
 
 def new_cache(config: Any, capacity: int = 256) -> DynamicCache:
     """A ``DynamicCache`` of :class:`GrowingLayer` layers, each preallocated for ``capacity``
-    positions. Raises ``ValueError`` when ``config`` asks for sliding-window or other
-    non-plain layers (their caches are not plain growing ones)."""
+    positions. Sliding-window layers (Gemma 3's) keep every position too when the model runs
+    adapld's exact attention, which attends each query's last ``window`` keys itself
+    (``model.kernels.window_plan``: a draft tree's mask carries no window). Raises
+    ``ValueError`` for any other non-plain layer, and for sliding-window layers under another
+    attention."""
+    from adapld_cli.model.kernels import ATTENTION
+
     cache = DynamicCache(config=config)
-    if any(type(layer) is not DynamicLayer for layer in cache.layers):
+    windowed = getattr(config, "_attn_implementation", None) == ATTENTION
+    for layer in cache.layers:
+        if type(layer) is DynamicLayer or (windowed and type(layer) is DynamicSlidingWindowLayer):
+            continue
         raise ValueError("the model uses a sliding-window or hybrid cache")
     cache.layers = [GrowingLayer(capacity) for _ in cache.layers]
     return cache

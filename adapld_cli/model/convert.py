@@ -46,7 +46,7 @@ QUANT_TYPES = {"Q4_K": "q4", "Q6_K": "q6"} | {
 }
 # GGUF architectures whose linears stay quantized (the ones the tests run on the kernels:
 # tests/test_quant.py); any other converts to bfloat16 weights
-KERNEL_ARCHS = ("qwen2", "qwen3", "llama")
+KERNEL_ARCHS = ("qwen2", "qwen3", "llama", "gemma3")
 # 1: float32 safetensors written by transformers' own GGUF loader.
 # 2: tensor-by-tensor conversion; bfloat16 for quantised tensors, packed input embedding.
 # 3: Q6_K linears packed at 6 bits a weight (was 8: model/quant.py, pack_q6_values).

@@ -253,30 +253,92 @@ def use_exact_attention(model: Any) -> None:
 
 class _Plans:
     """Per-query key plans, derived once per forward pass: every layer receives the same
-    mask object, so the plan is keyed on it (weakly) and on the pass shape. With the native
-    kernel the plan is its ``(prefix, ptr, extra)`` tensors (:func:`native_plan`)."""
+    mask object (or one of two: full and sliding-window layers), so the plan is keyed on it
+    (weakly), on the pass shape and on the window; the last two are kept. With the native
+    kernel the plan is its ``(prefix, ptr, extra)`` tensors (:func:`native_plan`); with a
+    window, :func:`window_groups` of it."""
 
     def __init__(self) -> None:
-        self._key: tuple[Any, ...] | None = None
-        self._plan: Any = None
+        self._kept: list[tuple[tuple[Any, ...], Any]] = []  # (key, plan), newest first
 
-    def get(self, mask: Any, n: int, s: int, native: bool = False) -> Any:
-        ref = None if mask is None else weakref.ref(mask)
-        if self._key is not None:
-            old_ref, old_n, old_s, old_native = self._key
+    def get(
+        self, mask: Any, n: int, s: int, native: bool = False, window: int | None = None
+    ) -> Any:
+        for key, plan in self._kept:
+            old_ref, rest = key[0], key[1:]
             same = (old_ref is None and mask is None) or (
-                old_ref is not None and ref is not None and old_ref() is mask
+                old_ref is not None and mask is not None and old_ref() is mask
             )
-            if same and old_n == n and old_s == s and old_native == native:
-                return self._plan
-        self._plan = query_plan(mask, n, s)
-        if native and self._plan is not None:
-            self._plan = native_plan(mask, n, s)
-        self._key = (ref, n, s, native)
-        return self._plan
+            if same and rest == (n, s, native, window):
+                return plan
+        plan = query_plan(mask, n, s)
+        if native and plan is not None:
+            plan = native_plan(mask, n, s)
+        if window and plan is not None:
+            plan = window_groups(plan, window) if native else window_plan(plan, window)
+        ref = None if mask is None else weakref.ref(mask)
+        self._kept = [((ref, n, s, native, window), plan), *self._kept[:1]]
+        return plan
 
 
 _plans = _Plans()
+
+
+def window_plan(plan: list[Any], window: int) -> list[Any]:
+    """:func:`query_plan`'s plan for a sliding-window layer: each query attends the last
+    ``window`` keys of its sequence. A query's keys are one per position up to its own (the
+    cache's prefix, then its tree ancestors and itself), so the last ``window`` of them are
+    those within the window of its position, as transformers' sliding-window mask has it."""
+    import torch
+
+    out: list[Any] = []
+    for sel in plan:
+        if isinstance(sel, int):
+            out.append(sel if sel <= window else torch.arange(sel - window, sel))
+        else:
+            out.append(sel[-window:])
+    return out
+
+
+def window_groups(plan: tuple[Any, Any, Any], window: int) -> list[tuple[Any, int, Any, Any, Any]]:
+    """:func:`native_plan`'s plan for a sliding-window layer (see :func:`window_plan`), as
+    groups ``(rows, start, prefix, ptr, extra)``: the queries ``rows`` attend, in a cache
+    sliced from row ``start``, keys ``0..prefix-1`` then their ``extra`` (indices from
+    ``start``). A query's kept keys go to the prefix as far as they are one contiguous run
+    (also where a mask already dropped the keys before the window), so a single step and a
+    tree node over the same keys get the same plan form."""
+    import torch
+
+    prefix, ptr, extra = plan
+    groups: dict[int, list[tuple[int, int, Any]]] = {}
+    for i in range(len(prefix)):
+        p = int(prefix[i])
+        keys = extra[int(ptr[i]) : int(ptr[i + 1])]
+        drop = max(0, p + len(keys) - window)
+        start, run = (drop, p - drop) if drop <= p else (0, 0)
+        if drop > p:
+            keys = keys[drop - p :]
+        if run == 0 and len(keys):  # the kept keys open with a run: that is the prefix
+            start = int(keys[0])
+            steps = torch.nonzero(keys - torch.arange(start, start + len(keys)))
+            run = int(steps[0, 0]) if len(steps) else len(keys)
+            keys = keys[run:]
+        groups.setdefault(start, []).append((i, run, keys - start))
+    out = []
+    for start, items in groups.items():
+        counts = torch.tensor([len(k) for _, _, k in items], dtype=torch.long)
+        ptr_g = torch.zeros(len(items) + 1, dtype=torch.long)
+        ptr_g[1:] = counts.cumsum(0)
+        out.append(
+            (
+                torch.tensor([i for i, _, _ in items], dtype=torch.long),
+                start,
+                torch.tensor([r for _, r, _ in items], dtype=torch.long),
+                ptr_g,
+                torch.cat([k for _, _, k in items]).contiguous(),
+            )
+        )
+    return out
 
 
 def query_plan(mask: Any, n: int, s: int) -> list[Any] | None:
@@ -376,8 +438,10 @@ def exact_attention(
     ``[1, KV, s, d]`` (cache included), output ``[1, n, H, d]``. Each query runs the very ops
     of a single-token step with the same shapes: scores over exactly the keys it attends
     (a prefix slice of the cache, or a gather for a tree branch), softmax, weighted sum, all
-    in float32 for half-precision models (one rounding of the output). Batches, long passes
-    (over :data:`EXACT_MAX_QUERIES`), sliding windows, soft-capping and non-binary masks
+    in float32 for half-precision models (one rounding of the output). A sliding-window
+    layer (``sliding_window``) attends the last ``window`` keys of each query's sequence
+    (:func:`window_plan`), whatever mask the pass got (a draft tree's mask has no window).
+    Batches, long passes (over :data:`EXACT_MAX_QUERIES`), soft-capping and non-binary masks
     fall back to transformers' sdpa attention.
     """
     import torch
@@ -387,15 +451,15 @@ def exact_attention(
     kv, s = key.shape[1], key.shape[2]
     plan = None
     native = _native_attention() if key.dtype in (torch.float32, torch.bfloat16) else None
+    window = kwargs.get("sliding_window") or None
     if (
         b == 1
         and n <= EXACT_MAX_QUERIES
         and h % kv == 0
-        and not kwargs.get("sliding_window")
         and kwargs.get("softcap") is None
         and not getattr(module, "training", False)
     ):
-        plan = _plans.get(attention_mask, n, s, native is not None)
+        plan = _plans.get(attention_mask, n, s, native is not None, window)
     if plan is None:
         return sdpa_attention_forward(
             module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs
@@ -404,7 +468,14 @@ def exact_attention(
     if native is not None:  # [n, H, d] float32 queries, scaled once
         q = (query[0].float() * scale).transpose(0, 1).contiguous()
         keys, values = _head_rows(key[0], value[0])
-        out = native.attention(q, keys, values, *plan)
+        if window is None:
+            out = native.attention(q, keys, values, *plan)
+        else:  # a call per slice of the cache (window_groups)
+            out = torch.empty_like(q)
+            for rows, start, *sub in plan:
+                part = q if len(rows) == n else q.index_select(0, rows)
+                got = native.attention(part, keys[:, start:], values[:, start:], *sub)
+                out.index_copy_(0, rows, got)
         return out.unsqueeze(0).to(query.dtype), None
     g = h // kv
     # half-precision matmuls of these tiny shapes cost more in dispatch than in arithmetic:

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import torch
 
-from adapld_cli.model import ModelError, load, quant
+from adapld_cli.model import ModelError, kernels, load, quant
 from adapld_cli.model.convert import MANIFEST, QUANT
 from tests.test_kernels import dfs_tree, tree_pass, tree_vs_sequential
 from tests.test_model_gguf import write_tiny_gguf
@@ -65,6 +65,10 @@ ACTIVATIONS = list(quant.ACTIVATIONS)  # both run on either target
 @pytest.mark.parametrize("activations", ACTIVATIONS)
 @pytest.mark.parametrize("kind", quant.KINDS)
 def test_every_row_is_the_row_alone_for_any_row_count_and_threads(kind, activations, wide):
+    if kind == "q8" and activations != "int8":  # q8 takes int8 inputs only (see below)
+        with pytest.raises(ValueError, match="int8 inputs only"):
+            _layer(kind, activations=activations, wide=wide)
+        return
     layer, w, bias = _layer(kind, activations=activations, wide=wide)
     x = (torch.randn(130, w.shape[1], generator=torch.Generator().manual_seed(1))).bfloat16()
     old = torch.get_num_threads()
@@ -282,6 +286,12 @@ def test_block_format_gguf_runs_every_linear_on_the_kernels(arch, tmp_path, monk
     parents = dfs_tree(65, seed=1)
     tokens = torch.randint(0, 250, (len(parents),), generator=gen).tolist()
     assert tree_vs_sequential(loaded.model, prefix, tokens, parents) == (len(parents), 0.0)
+    # bfloat16 activations: q8 layers become bfloat16 linears of the same weights, packed
+    monkeypatch.delenv("ADAPLD_KERNELS")
+    monkeypatch.setenv(quant.ENV_ACTIVATIONS, "bfloat16")
+    half = load(str(path), device="cpu", dtype="bfloat16").model.model.layers[0]
+    packed = kernels.packed_linear_class()
+    assert all(isinstance(half.get_submodule(name), packed) for name in kinds)
 
 
 def test_activations_choice_is_checked(kquant_gguf, monkeypatch):
@@ -397,8 +407,6 @@ def test_auto_dtype_runs_a_gguf_on_the_kernels_on_any_target(kquant_gguf, monkey
 
 def _float32_product(layer, x: torch.Tensor) -> torch.Tensor:
     """``layer(x)`` as the kernel's float32 sums, before its rounding to bfloat16."""
-    if layer.dense is not None:  # q8 on bfloat16 inputs: the packed oneDNN path
-        return layer.dense(x)
     if layer.int8:
         args = (layer.kind, x, layer.qp, layer.sc, layer.dd, layer.offsets, layer.fbias)
         return layer.run_i8(*args, True)
@@ -418,7 +426,7 @@ def cross_build_outputs(gguf: str, out: str) -> None:
     results: dict[str, object] = {"target": quant.target()}
     with torch.no_grad():
         for kind in quant.KINDS:
-            for activations in ACTIVATIONS:
+            for activations in ACTIVATIONS if kind != "q8" else ["int8"]:
                 for wide in (False, True):
                     layer, w, _ = _layer(kind, activations=activations, wide=wide)
                     gen = torch.Generator().manual_seed(1)
@@ -470,6 +478,6 @@ def test_the_avx2_build_computes_what_the_avx512_build_does(kquant_gguf, tmp_pat
         assert done.returncode == 0, done.stderr[-2000:]
         got[name] = torch.load(out)
         assert got[name].pop("target") == name
-    assert got["avx512"].keys() == got["avx2"].keys() and len(got["avx2"]) == 40
+    assert got["avx512"].keys() == got["avx2"].keys() and len(got["avx2"]) == 34
     for key, value in got["avx512"].items():
         assert torch.equal(value, got["avx2"][key]), key

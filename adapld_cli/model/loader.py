@@ -588,8 +588,25 @@ def _load_quantized(folder: Path, activations: str) -> Any:
             old = getattr(owner, child)
             bias = old.bias if old.bias is not None and not old.bias.is_meta else None
             packed = {key: fh.get_tensor(f"{name}.{key}") for key in ("qp", "sc", "dd")}
+            if kind == "q8" and activations != "int8":  # q8 takes int8 inputs only
+                setattr(owner, child, _dense(quant.unpack_q8(packed), bias))
+                continue
             setattr(owner, child, cls(kind, packed, old.in_features, bias, activations))
     return _finish_quantized(model, folder)
+
+
+def _dense(weight: Any, bias: Any) -> Any:
+    """A bfloat16 ``nn.Linear`` of ``weight [out, in]`` (and ``bias``): what a q8 layer
+    becomes with bfloat16 activations (the exact kernels then pack it like any linear)."""
+    import torch
+
+    out, k = weight.shape
+    linear = torch.nn.Linear(k, out, bias=bias is not None, dtype=torch.bfloat16)
+    with torch.no_grad():
+        linear.weight.copy_(weight)
+        if bias is not None:
+            linear.bias.copy_(bias)
+    return linear
 
 
 def _finish_quantized(model: Any, folder: Path) -> Any:

@@ -21,9 +21,10 @@ Contract:
   inputs) or exact integers per super-block, then float32 (int8 inputs).
 - ``q8``: the GGUF formats of 32-input groups (:data:`Q8_TYPES`: Q8_0, Q5_0, Q5_1, Q4_0,
   Q4_1, Q5_K) as one byte a weight, ``w = s * (u - z) - mn``; int8 inputs only (with
-  ``bfloat16`` activations such a layer runs its weights dequantised to bfloat16 on the
-  packed oneDNN path, exact too). A byte a weight is more memory than the file's 4.5-8.5
-  bits; the products are exact integers all the same.
+  ``bfloat16`` activations the loader makes such a layer a bfloat16 ``nn.Linear`` of
+  :func:`unpack_q8`'s weights, which the exact kernels then pack like any other). A byte a
+  weight is more memory than the file's 4.5-8.5 bits; the products are exact integers all
+  the same.
 - :func:`gguf_parts` reads raw GGUF blocks of any type above (:func:`q4k_parts`,
   :func:`q6k_parts`, :func:`q8_parts`); :func:`quantize_q4` / :func:`quantize_q6` /
   :func:`quantize_q8` make the same parts from float weights (tests, models without a GGUF);
@@ -573,21 +574,11 @@ def _quant_linear_class() -> type:
             self.run = getattr(ext, f"mm_{kind}", None)
             self.run_i8 = ext.mm_i8
             self.dtype = torch.bfloat16
-            self.dense = None  # q8 with bfloat16 inputs: its weights on the packed path
-            if kind == "q8" and not self.int8:
-                from adapld_cli.model.kernels import packed_linear_class
-
-                linear = torch.nn.Linear(in_features, self.out_features, bias=bias is not None)
-                with torch.no_grad():
-                    linear.weight.copy_(unpack_q8(packed))
-                    if bias is not None:
-                        linear.bias.copy_(bias.float())
-                self.dense = packed_linear_class()(linear.to(torch.bfloat16))
+            if kind == "q8" and not self.int8:  # the loader makes those bfloat16 linears
+                raise ValueError("q8 weights take int8 inputs only")
 
         def forward(self, x: torch.Tensor) -> torch.Tensor:
             shape = x.shape
-            if self.dense is not None:
-                return self.dense(x.to(torch.bfloat16))
             x2 = x.reshape(-1, shape[-1]).to(torch.bfloat16).contiguous()  # [M, in]
             if self.int8:
                 y = self.run_i8(

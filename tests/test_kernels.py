@@ -181,6 +181,37 @@ def test_query_plan_of_masks():
     assert kernels.query_plan(soft, 2, 4) is None
 
 
+def test_window_plans_keep_each_querys_last_keys():
+    """A sliding window keeps the last ``window`` keys of each query's sequence; the native
+    form slices the cache where the kept keys start, whatever form the plan had: a step over
+    the whole cache and a step whose mask already dropped the keys before the window (as
+    transformers makes it for a sliding layer) come to one plan."""
+    plan = kernels.query_plan(tree_mask([-1, 0, 0], 6, torch.float32, "cpu"), 3, 9)
+    windowed = kernels.window_plan(plan, 4)
+    assert windowed[0].tolist() == [3, 4, 5, 6]
+    assert windowed[2].tolist() == [4, 5, 6, 8]  # its parent, then itself
+    assert kernels.window_plan([3], 4) == [3]  # shorter than the window: as it was
+    whole = (torch.tensor([110]), torch.tensor([0, 0]), torch.zeros(0, dtype=torch.long))
+    masked = (torch.tensor([0]), torch.tensor([0, 50]), torch.arange(60, 110))
+    ((rows, start, prefix, ptr, extra),) = kernels.window_groups(whole, 50)
+    assert (rows.tolist(), start, prefix.tolist(), ptr.tolist(), extra.tolist()) == (
+        [0],
+        60,
+        [50],
+        [0, 0],
+        [],
+    )
+    (same,) = kernels.window_groups(masked, 50)
+    assert same[1] == 60 and same[2].tolist() == [50] and same[4].tolist() == []
+    # a tree pass: queries at two depths slice at two rows; ancestors stay extras
+    tree = (torch.tensor([100, 100]), torch.tensor([0, 1, 3]), torch.tensor([100, 100, 102]))
+    groups = {g[1]: g for g in kernels.window_groups(tree, 50)}
+    assert sorted(groups) == [51, 52]
+    assert groups[51][0].tolist() == [0] and groups[51][2].tolist() == [49]
+    assert groups[51][4].tolist() == [49]
+    assert groups[52][0].tolist() == [1] and groups[52][4].tolist() == [48, 50]
+
+
 def test_apply_modes_and_fallbacks(monkeypatch):
     double = tiny_model("qwen2")  # float64: left alone
     assert kernels.supported(double) is not None

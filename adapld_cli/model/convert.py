@@ -52,7 +52,8 @@ KERNEL_ARCHS = ("qwen2", "qwen3", "llama", "gemma3")
 # 3: Q6_K linears packed at 6 bits a weight (was 8: model/quant.py, pack_q6_values).
 # 4: tokenizer_config.json lists the added tokens (see _save_tokenizer).
 # 5: Llama's attn_q/attn_k stay quantized (rows reordered, _row_order); head_dim from the file.
-FORMAT = 5
+# 6: Q4_K's nibbles a dword a column per 8 inputs (model/qmm.cpp, the q4 layout).
+FORMAT = 6
 
 
 def read_manifest(folder: Path) -> dict[str, Any] | None:

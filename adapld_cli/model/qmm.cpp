@@ -21,7 +21,11 @@
 // alone, for any M (the property speculative decoding needs to stay exact).
 //
 // Layouts (T = N / 16 tiles of 16 output columns, KP = K / 2 input pairs):
-//   q4: qp uint8 [T][KP][16]: byte c = q[col c][2p] | q[col c][2p + 1] << 4
+//   q4: qp uint8 [T][KP][16], per group of 32 inputs 256 bytes: 4 blocks j of 8 inputs, each
+//       16 columns' dwords: byte 64j + 4c + k = q[col c][8j + 2k] | q[col c][8j + 2k + 1] << 4
+//       (a dword's low nibbles are the block's even inputs, its high nibbles the odd ones:
+//       two VNNI vectors from one load, an and and a shift; the int8 inputs are stored in the
+//       same order, quantize_rows)
 //       sc uint8 [T][K/32][2][16] (sc, mn);  dd float [T][S][2][16] (d, dmin), S = ceil(K/256)
 //   q6: qp uint8 [T][K/16][192], per group of 16 inputs, u = q + 32 (0..63, 6 bits): bytes
 //       16p + c = u[c][2p] & 15 | (u[c][2p + 1] & 15) << 4 (p < 8), then bytes 128 + 16i + c =
@@ -147,7 +151,7 @@ torch::Tensor mm_q4(torch::Tensor x, torch::Tensor qp, torch::Tensor sc, torch::
                                        0x4170, 0x4160, 0x4150, 0x4140, 0x4130, 0x4120, 0x4110,
                                        0x4100, 0x40E0, 0x40C0, 0x40A0, 0x4080, 0x4040, 0x4000,
                                        0x3F80, 0x0000);  // bf16 of 15..0
-  const __m512i nib = _mm512_set1_epi32(0x000F000F);
+  const __m512i nib = _mm512_set1_epi32(0x000F000F), bytes = _mm512_set1_epi32(0xFF);
   at::parallel_for(0, T, 1, [&](int64_t t0, int64_t t1) {
     alignas(64) __m512i wp[16];
     std::vector<__m512> acc(M);
@@ -160,11 +164,15 @@ torch::Tensor mm_q4(torch::Tensor x, torch::Tensor qp, torch::Tensor sc, torch::
         const __m512 mins = _mm512_mul_ps(_mm512_loadu_ps(d + 16), u8_to_ps(s8 + 16));
         const uint8_t* qg = Q + (t * (K / 2) + g * 16) * 16;
         prefetch_group(qg + PREFETCH_GROUPS * 256, SC + ((t * G + g + PREFETCH_GROUPS) * 2) * 16);
-#pragma GCC unroll 16
-        for (int p = 0; p < 16; ++p) {  // dword c = q[c][2p] | q[c][2p + 1] << 16 -> bf16 pair
-          __m512i b = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i*)(qg + p * 16)));
-          __m512i v = _mm512_ternarylogic_epi32(b, _mm512_slli_epi32(b, 12), nib, 0xA8);
-          wp[p] = _mm512_permutexvar_epi16(v, lut);
+#pragma GCC unroll 4
+        for (int j = 0; j < 4; ++j) {  // pair p = 4j + k: byte k of dword c (the q4 layout)
+          const __m512i block = _mm512_loadu_si512(qg + 64 * j);
+#pragma GCC unroll 4
+          for (int k = 0; k < 4; ++k) {  // dword c = q[c][2p] | q[c][2p + 1] << 16 -> bf16 pair
+            const __m512i b = _mm512_and_si512(_mm512_srli_epi32(block, 8 * k), bytes);
+            const __m512i v = _mm512_ternarylogic_epi32(b, _mm512_slli_epi32(b, 12), nib, 0xA8);
+            wp[4 * j + k] = _mm512_permutexvar_epi16(v, lut);
+          }
         }
         const float* xsg = xs.data() + g;
         int64_t m = 0;
@@ -555,8 +563,9 @@ struct QuantRows {
 // Each row's 256-input blocks quantized in parallel, written straight into the row-block
 // interleaved layout, with the group sums: the same values as quantizing rows one by one.
 // offset (q6): every xq stored as xq + 128, unsigned, and no group sums (q6 needs none).
+// evens_first (q4): each 8 inputs stored even ones first, the order of q4's weight dwords.
 QuantRows quantize_rows(const at::BFloat16* x, int64_t M, int64_t K, int64_t group,
-                        bool offset) {
+                        bool offset, bool evens_first = false) {
   const int64_t S = (K + 255) / 256, G = K / group, GP = (G + 1) / 2;
   QuantRows out;
   out.xq.resize(M * K / 4);
@@ -585,7 +594,10 @@ QuantRows quantize_rows(const at::BFloat16* x, int64_t M, int64_t K, int64_t gro
         const __mmask16 mk = tail_mask(n - k);
         const __m512i q = _mm512_cvtps_epi32(_mm512_mul_ps(load16<at::BFloat16>(p + k, mk), inv));
         alignas(16) int32_t d4[4];
-        _mm_store_si128((__m128i*)d4, _mm512_cvtepi32_epi8(_mm512_maskz_mov_epi32(mk, q)));
+        __m128i b16 = _mm512_cvtepi32_epi8(_mm512_maskz_mov_epi32(mk, q));
+        if (evens_first)  // q4's order: per 8 inputs the even ones, then the odd ones
+          b16 = _mm_shuffle_epi8(b16, _mm_setr_epi8(0, 2, 4, 6, 1, 3, 5, 7, 8, 10, 12, 14, 9, 11, 13, 15));
+        _mm_store_si128((__m128i*)d4, b16);
         const int64_t p0 = (k0 + k) / 4;
         const int32_t flip = offset ? (int32_t)0x80808080u : 0;  // xq + 128 for q6
         for (int i = 0; i < 4; ++i) dst[(p0 + i) * st] = d4[i] ^ flip;
@@ -726,12 +738,11 @@ inline void unpack_q4(const uint8_t* Q, const uint8_t* SC, int64_t t, int64_t K,
   for (int64_t g = g0; g < g1; ++g) {
     const uint8_t* qg = Q + (t * (K / 2) + g * 16) * 16;
     __m512i* w = wb + (g - g0) * 8;
-#pragma GCC unroll 8
-    for (int i = 0; i < 8; ++i) {
-      const __m512i b0 = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i*)(qg + 32 * i)));
-      const __m512i b1 = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i*)(qg + 32 * i + 16)));
-      const __m512i v = _mm512_or_si512(b0, _mm512_slli_epi32(b1, 16));
-      w[i] = _mm512_ternarylogic_epi32(v, _mm512_slli_epi32(v, 4), nib, 0xA8);
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; ++j) {  // block j: its even inputs, then its odd ones
+      const __m512i v = _mm512_loadu_si512(qg + 64 * j);
+      w[2 * j] = _mm512_and_si512(v, nib);
+      w[2 * j + 1] = _mm512_and_si512(_mm512_srli_epi32(v, 4), nib);
     }
     scb[g - g0] = dot_scale(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i*)(SC + ((t * G + g) * 2) * 16))));
   }
@@ -1022,7 +1033,7 @@ torch::Tensor mm_i8_parts(std::string kind, torch::Tensor x, std::vector<torch::
                      zm ? zm[1] != 0 : false});
     T += Ti;
   }
-  const QuantRows qx = quantize_rows(x.data_ptr<at::BFloat16>(), M, K, group, kind == "q6");
+  const QuantRows qx = quantize_rows(x.data_ptr<at::BFloat16>(), M, K, group, kind == "q6", q4);
   auto y = output(x, T * 16, out_f32);
   void* Y = y.data_ptr();
   if (q8) {

@@ -166,8 +166,10 @@ QMM_I2(mullo_epi32, _mm256_mullo_epi32)
 QMM_I2(or_si512, _mm256_or_si256)
 QMM_I2(madd_epi16, _mm256_madd_epi16)
 QMM_I2(shuffle_epi8, _mm256_shuffle_epi8)  // within 128-bit lanes, as in 512 bits
+QMM_I2(and_si512, _mm256_and_si256)
 #undef QMM_I2
 inline V16i slli_epi32(V16i a, int n) { return mk(_mm256_slli_epi32(a.lo, n), _mm256_slli_epi32(a.hi, n)); }
+inline V16i srli_epi32(V16i a, int n) { return mk(_mm256_srli_epi32(a.lo, n), _mm256_srli_epi32(a.hi, n)); }
 template <int IMM>
 inline __m256i tern(__m256i a, __m256i b, __m256i c) {  // bit (a b c) of IMM, per bit
   // the tables qmm.cpp uses, as two instructions (their minterms' sum, simplified)
@@ -450,6 +452,10 @@ inline __m256i maskz_loadu_epi16(Mask16 m, const void* p) {
 #define _mm512_shuffle_epi8 qmm_avx2::shuffle_epi8
 #undef _mm512_slli_epi32
 #define _mm512_slli_epi32 qmm_avx2::slli_epi32
+#undef _mm512_srli_epi32
+#define _mm512_srli_epi32 qmm_avx2::srli_epi32
+#undef _mm512_and_si512
+#define _mm512_and_si512 qmm_avx2::and_si512
 #undef _mm512_ternarylogic_epi32
 #define _mm512_ternarylogic_epi32(a, b, c, imm) qmm_avx2::ternarylogic_epi32<(imm)>(a, b, c)
 #undef _mm512_dpbusd_epi32

@@ -492,7 +492,9 @@ def pack(kind: str, parts: dict[str, Any]) -> dict[str, Any]:
         dd = torch.stack([per_tile(parts["s"]), per_tile(parts["mn"])], 2)  # [tiles, G, 2, 16]
     elif kind == "q4":
         pairs = q.reshape(tiles, 16, k // 2, 2).permute(0, 2, 1, 3)  # [tiles, k/2, 16, 2]
-        qp = pairs[..., 0] | (pairs[..., 1] << 4)
+        qp = pairs[..., 0] | (pairs[..., 1] << 4)  # [tiles, k/2 (pair p), 16 (column c)]
+        # per group of 32: byte 64 j + 4 c + k holds pair 4 j + k of column c (qmm.cpp)
+        qp = qp.reshape(tiles, k // 32, 4, 4, 16).transpose(3, 4).reshape(tiles, k // 2, 16)
         sc = torch.stack([per_tile(parts["sc"]), per_tile(parts["mn"])], 2)
         dd = torch.stack([per_tile(parts["d"]), per_tile(parts["dmin"])], 2)
     else:

@@ -53,7 +53,8 @@ KERNEL_ARCHS = ("qwen2", "qwen3", "llama", "gemma3")
 # 4: tokenizer_config.json lists the added tokens (see _save_tokenizer).
 # 5: Llama's attn_q/attn_k stay quantized (rows reordered, _row_order); head_dim from the file.
 # 6: Q4_K's nibbles a dword a column per 8 inputs (model/qmm.cpp, the q4 layout).
-FORMAT = 6
+# 7: Q6_K's likewise, its high bits a dword a column per group of 16 (the q6 layout).
+FORMAT = 7
 
 
 def read_manifest(folder: Path) -> dict[str, Any] | None:

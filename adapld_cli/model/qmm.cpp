@@ -27,9 +27,11 @@
 //       two VNNI vectors from one load, an and and a shift; the int8 inputs are stored in the
 //       same order, quantize_rows)
 //       sc uint8 [T][K/32][2][16] (sc, mn);  dd float [T][S][2][16] (d, dmin), S = ceil(K/256)
-//   q6: qp uint8 [T][K/16][192], per group of 16 inputs, u = q + 32 (0..63, 6 bits): bytes
-//       16p + c = u[c][2p] & 15 | (u[c][2p + 1] & 15) << 4 (p < 8), then bytes 128 + 16i + c =
-//       sum_j (u[c][4i + j] >> 4) << 2j (i < 4);  sc int8 [T][K/16][16];  dd float [T][S][16]
+//   q6: qp uint8 [T][K/16][192], per group of 16 inputs, u = q + 32 (0..63, 6 bits): q4's
+//       dwords of low nibbles for the two blocks of 8 (bytes 64b + 4c + k = u[c][8b + 2k] & 15 |
+//       (u[c][8b + 2k + 1] & 15) << 4), then bytes 128 + 4c + m = sum_v (u[c][8b + p + 2m] >> 4)
+//       << 2v over the four vectors v = 2b + p (unpack_q6_u);  sc int8 [T][K/16][16];
+//       dd float [T][S][16]
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
 #include <immintrin.h>
@@ -80,17 +82,16 @@ inline __m512 i8_to_ps(const int8_t* p) {
 
 constexpr int64_t Q6_BYTES = 192;  // one q6 group of one tile: 16 inputs x 16 columns x 6 bits
 
-// Inputs 4i .. 4i + 3 of the q6 group at qg, as u = q + 32: dword c = u[c][4i .. 4i + 3].
-inline __m512i unpack_q6_u(const uint8_t* qg, int i) {
-  const __m512i b0 = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i*)(qg + 32 * i)));
-  const __m512i b1 = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i*)(qg + 32 * i + 16)));
-  const __m512i v = _mm512_or_si512(b0, _mm512_slli_epi32(b1, 16));
-  const __m512i low = _mm512_ternarylogic_epi32(v, _mm512_slli_epi32(v, 4), _mm512_set1_epi32(0x0F0F0F0F), 0xA8);
-  const __m512i h = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i*)(qg + 128 + 16 * i)));
-  // 2-bit field j of h to the low bits of byte j, then to bits 4-5
-  const __m512i spread = _mm512_ternarylogic_epi32(
-      _mm512_or_si512(h, _mm512_slli_epi32(h, 6)), _mm512_slli_epi32(h, 12), _mm512_slli_epi32(h, 18), 0xFE);
-  return _mm512_ternarylogic_epi32(low, _mm512_slli_epi32(spread, 4), _mm512_set1_epi32(0x30303030), 0xF8);
+// Vector v = 2b + p of the q6 group at qg as u = q + 32: byte m of dword c = u[c][8b + p + 2m]
+// (block b's even inputs for p = 0, its odd ones for p = 1): the block's low nibbles from one
+// load and a shift, the high two bits from the group's last 64 bytes (see the q6 layout).
+inline __m512i unpack_q6_u(const uint8_t* qg, int v) {
+  const __m512i block = _mm512_loadu_si512(qg + 64 * (v / 2));
+  const __m512i low = _mm512_and_si512(v % 2 ? _mm512_srli_epi32(block, 4) : block,
+                                       _mm512_set1_epi32(0x0F0F0F0F));
+  const __m512i top = _mm512_and_si512(_mm512_srli_epi32(_mm512_loadu_si512(qg + 128), 2 * v),
+                                       _mm512_set1_epi32(0x03030303));
+  return _mm512_or_si512(low, _mm512_slli_epi32(top, 4));
 }
 
 void store_row(const __m512 acc, const float* bias, int64_t t, bool out_f32, void* y,
@@ -207,13 +208,7 @@ torch::Tensor mm_q6(torch::Tensor x, torch::Tensor qp, torch::Tensor sc, torch::
     table[i] = static_cast<int16_t>(bits >> 16);  // exact: small integers
   }
   const __m512i lut_lo = _mm512_load_si512(table), lut_hi = _mm512_load_si512(table + 32);
-  // per dword (4 bytes u[4i .. 4i + 3] of one column): bytes 0, 1 or 2, 3 as two int16
-  alignas(64) int32_t c0[16], c1[16];
-  for (int i = 0; i < 16; ++i) {
-    c0[i] = 0x80018000 + (i % 4) * 0x00040004;
-    c1[i] = 0x80038002 + (i % 4) * 0x00040004;
-  }
-  const __m512i even = _mm512_load_si512(c0), odd = _mm512_load_si512(c1);
+  const __m512i byte = _mm512_set1_epi32(0xFF);
   at::parallel_for(0, T, 1, [&](int64_t t0, int64_t t1) {
     alignas(64) __m512i wp[8];
     std::vector<__m512> acc(M);
@@ -224,10 +219,13 @@ torch::Tensor mm_q6(torch::Tensor x, torch::Tensor qp, torch::Tensor sc, torch::
             _mm512_mul_ps(_mm512_loadu_ps(DD + (t * S + g / 16) * 16), i8_to_ps(SC + (t * G + g) * 16));
         const uint8_t* qg = Q + (t * G + g) * Q6_BYTES;
         prefetch_group(qg + PREFETCH_GROUPS * Q6_BYTES, (const uint8_t*)(SC + (t * G + g + PREFETCH_GROUPS) * 16));
-        for (int i = 0; i < 4; ++i) {  // 16 columns x 2 inputs, in pair order: q + 32 -> bf16(q)
-          const __m512i u = unpack_q6_u(qg, i);
-          wp[2 * i] = _mm512_permutex2var_epi16(lut_lo, _mm512_shuffle_epi8(u, even), lut_hi);
-          wp[2 * i + 1] = _mm512_permutex2var_epi16(lut_lo, _mm512_shuffle_epi8(u, odd), lut_hi);
+        for (int b = 0; b < 2; ++b) {  // pair 4b + m = inputs 8b + 2m, 8b + 2m + 1: q + 32 -> bf16(q)
+          const __m512i even = unpack_q6_u(qg, 2 * b), odd = unpack_q6_u(qg, 2 * b + 1);
+          for (int m = 0; m < 4; ++m) {
+            const __m512i e = _mm512_and_si512(_mm512_srli_epi32(even, 8 * m), byte);
+            const __m512i o = _mm512_and_si512(_mm512_srli_epi32(odd, 8 * m), byte);
+            wp[4 * b + m] = _mm512_permutex2var_epi16(lut_lo, _mm512_or_si512(e, _mm512_slli_epi32(o, 16)), lut_hi);
+          }
         }
         int64_t m = 0;
         for (; m + 4 <= M; m += 4)
@@ -563,7 +561,7 @@ struct QuantRows {
 // Each row's 256-input blocks quantized in parallel, written straight into the row-block
 // interleaved layout, with the group sums: the same values as quantizing rows one by one.
 // offset (q6): every xq stored as xq + 128, unsigned, and no group sums (q6 needs none).
-// evens_first (q4): each 8 inputs stored even ones first, the order of q4's weight dwords.
+// evens_first (q4, q6): each 8 inputs stored even ones first, the order of their weight dwords.
 QuantRows quantize_rows(const at::BFloat16* x, int64_t M, int64_t K, int64_t group,
                         bool offset, bool evens_first = false) {
   const int64_t S = (K + 255) / 256, G = K / group, GP = (G + 1) / 2;
@@ -595,7 +593,7 @@ QuantRows quantize_rows(const at::BFloat16* x, int64_t M, int64_t K, int64_t gro
         const __m512i q = _mm512_cvtps_epi32(_mm512_mul_ps(load16<at::BFloat16>(p + k, mk), inv));
         alignas(16) int32_t d4[4];
         __m128i b16 = _mm512_cvtepi32_epi8(_mm512_maskz_mov_epi32(mk, q));
-        if (evens_first)  // q4's order: per 8 inputs the even ones, then the odd ones
+        if (evens_first)  // q4's and q6's order: per 8 inputs the even ones, then the odd ones
           b16 = _mm_shuffle_epi8(b16, _mm_setr_epi8(0, 2, 4, 6, 1, 3, 5, 7, 8, 10, 12, 14, 9, 11, 13, 15));
         _mm_store_si128((__m128i*)d4, b16);
         const int64_t p0 = (k0 + k) / 4;
@@ -1033,7 +1031,7 @@ torch::Tensor mm_i8_parts(std::string kind, torch::Tensor x, std::vector<torch::
                      zm ? zm[1] != 0 : false});
     T += Ti;
   }
-  const QuantRows qx = quantize_rows(x.data_ptr<at::BFloat16>(), M, K, group, kind == "q6", q4);
+  const QuantRows qx = quantize_rows(x.data_ptr<at::BFloat16>(), M, K, group, kind == "q6", !q8);
   auto y = output(x, T * 16, out_f32);
   void* Y = y.data_ptr();
   if (q8) {

@@ -524,20 +524,25 @@ def unpack_q8(packed: dict[str, Any]) -> Any:
 
 def pack_q6_values(q: Any) -> Any:
     """Q6_K values ``q [n, k]`` (-32..31) -> uint8 ``[n / 16, k / 16, 192]``: per tile of 16
-    columns and group of 16 inputs, ``u = q + 32`` as 128 bytes of low nibbles (byte
-    ``16 p + c`` = ``u[c][2p] | u[c][2p + 1] << 4``, q4's pair layout) then 64 bytes of the
-    high two bits (byte ``16 i + c`` holds ``u[c][4i + j] >> 4`` at bits ``2j``): 6 bits a
-    weight, as in the GGUF."""
+    columns and group of 16 inputs, ``u = q + 32`` as 128 bytes of low nibbles in q4's layout
+    (per block ``b`` of 8 inputs a dword a column, byte ``64 b + 4 c + k`` = ``u[c][8b + 2k]
+    & 15 | (u[c][8b + 2k + 1] & 15) << 4``), then 64 bytes of the high two bits, a dword a
+    column whose byte ``m`` holds ``u[c][8b + p + 2m] >> 4`` at bits ``2 (2b + p)``: 6 bits
+    a weight, as in the GGUF (``qmm.cpp``, ``unpack_q6_u``)."""
     import torch
 
     n, k = q.shape
     tiles, groups = n // 16, k // 16
     u = (q.to(torch.int16) + 32).to(torch.uint8)
-    u = u.reshape(tiles, 16, groups, 16).permute(0, 2, 3, 1)  # [tiles, groups, input, column]
+    u = u.reshape(tiles, 16, groups, 2, 4, 2)  # [tiles, column, group, b, m, p]
     low, high = u & 15, u >> 4
-    nibbles = low[:, :, 0::2] | (low[:, :, 1::2] << 4)  # [tiles, groups, 8, 16]
-    h = high.reshape(tiles, groups, 4, 4, 16)  # [tiles, groups, i, j, column]
-    tops = h[:, :, :, 0] | (h[:, :, :, 1] << 2) | (h[:, :, :, 2] << 4) | (h[:, :, :, 3] << 6)
+    nibbles = low[..., 0] | (low[..., 1] << 4)  # [tiles, column, group, b, k]
+    nibbles = nibbles.permute(0, 2, 3, 1, 4)  # [tiles, group, b, column, k]
+    tops = torch.zeros(tiles, 16, groups, 4, dtype=torch.uint8)  # [tiles, column, group, m]
+    for b in range(2):
+        for p in range(2):
+            tops |= high[:, :, :, b, :, p] << (2 * (2 * b + p))
+    tops = tops.permute(0, 2, 1, 3)  # [tiles, group, column, m]
     return torch.cat(
         [nibbles.reshape(tiles, groups, 128), tops.reshape(tiles, groups, 64)], -1
     ).contiguous()

@@ -58,6 +58,16 @@ def q8_rows(x: torch.Tensor) -> torch.Tensor:
     return out
 
 
+def assert_tree_rows_are_steps(model, nodes: int) -> None:
+    """A random ``nodes``-node draft tree over a 40-token prompt of a tiny GGUF model: every
+    row bit for bit the single decoding step of its path."""
+    gen = torch.Generator().manual_seed(0)
+    prefix = torch.randint(0, 250, (40,), generator=gen).tolist()
+    parents = dfs_tree(nodes, seed=1)
+    tokens = torch.randint(0, 250, (len(parents),), generator=gen).tolist()
+    assert tree_vs_sequential(model, prefix, tokens, parents) == (len(parents), 0.0)
+
+
 ACTIVATIONS = list(quant.ACTIVATIONS)  # both run on either target
 
 
@@ -196,12 +206,7 @@ def test_kquant_gguf_loads_on_the_kernels_and_stays_exact(kquant_gguf, monkeypat
         a, b = model(ids).logits.float(), plain.model(ids).logits.float()
     assert (a - b).abs().max() <= 0.05 * b.abs().max()
     assert torch.equal(a.argmax(-1), b.argmax(-1))
-    # A widest draft tree's rows are single decoding steps, bit for bit.
-    gen = torch.Generator().manual_seed(0)
-    prefix = torch.randint(0, 250, (40,), generator=gen).tolist()
-    parents = dfs_tree(65, seed=1)
-    tokens = torch.randint(0, 250, (len(parents),), generator=gen).tolist()
-    assert tree_vs_sequential(model, prefix, tokens, parents) == (len(parents), 0.0)
+    assert_tree_rows_are_steps(model, 65)  # a widest draft tree
 
 
 @pytest.mark.parametrize("arch", ["llama", "qwen3"])
@@ -231,11 +236,7 @@ def test_kquant_gguf_of_other_architectures_runs_the_files_weights(arch, tmp_pat
             want = reference.get_submodule(name)(eye)
         assert torch.equal(got, want), name
     assert loaded.model.adapld_lean
-    gen = torch.Generator().manual_seed(0)
-    prefix = torch.randint(0, 250, (40,), generator=gen).tolist()
-    parents = dfs_tree(33, seed=1)
-    tokens = torch.randint(0, 250, (len(parents),), generator=gen).tolist()
-    assert tree_vs_sequential(loaded.model, prefix, tokens, parents) == (len(parents), 0.0)
+    assert_tree_rows_are_steps(loaded.model, 33)
 
 
 # the 32-input block formats and Q5_K (the q8 kind), as a Q4_K_M or Q8_0 file of a model
@@ -281,11 +282,7 @@ def test_block_format_gguf_runs_every_linear_on_the_kernels(arch, tmp_path, monk
         top = (want.abs().max() + bias.abs().max()).item()  # a misplaced weight is ~top off
         assert (got.T - want).abs().max().item() <= 2**-7 * top, name
     assert loaded.model.adapld_lean
-    gen = torch.Generator().manual_seed(0)
-    prefix = torch.randint(0, 250, (40,), generator=gen).tolist()
-    parents = dfs_tree(65, seed=1)
-    tokens = torch.randint(0, 250, (len(parents),), generator=gen).tolist()
-    assert tree_vs_sequential(loaded.model, prefix, tokens, parents) == (len(parents), 0.0)
+    assert_tree_rows_are_steps(loaded.model, 65)
     # bfloat16 activations: q8 layers become bfloat16 linears of the same weights, packed
     monkeypatch.delenv("ADAPLD_KERNELS")
     monkeypatch.setenv(quant.ENV_ACTIVATIONS, "bfloat16")

@@ -34,6 +34,7 @@ from typing import Any
 
 from adapld_cli.model.errors import ModelError
 from adapld_cli.model.progress import step
+from adapld_cli.model.quant import Q8_TYPES
 from adapld_cli.model.safetensors_out import StreamWriter
 
 MANIFEST = "adapld-manifest.json"
@@ -41,9 +42,7 @@ WEIGHTS = "model.safetensors"
 PACKED = "adapld-packed-embedding.safetensors"
 QUANT = "adapld-quant.safetensors"  # linears kept in their GGUF integers (model/quant.py)
 # GGUF types whose linears keep their integers (model/quant.py: q8 holds the 32-input formats)
-QUANT_TYPES = {"Q4_K": "q4", "Q6_K": "q6"} | {
-    t: "q8" for t in ("Q8_0", "Q5_0", "Q5_1", "Q4_0", "Q4_1", "Q5_K")
-}
+QUANT_TYPES = {"Q4_K": "q4", "Q6_K": "q6"} | {t: "q8" for t in Q8_TYPES}
 # GGUF architectures whose linears stay quantized (the ones the tests run on the kernels:
 # tests/test_quant.py); any other converts to bfloat16 weights
 KERNEL_ARCHS = ("qwen2", "qwen3", "llama", "gemma3")
@@ -171,18 +170,19 @@ def _config_and_tokenizer(gguf: Path) -> tuple[Any, Any]:
     return config, tokenizer
 
 
+def gguf_architecture(reader: Any) -> str | None:
+    """A GGUF reader's ``general.architecture`` (``qwen2``, ``llama``, ...), or None."""
+    field = reader.fields.get("general.architecture")
+    return bytes(field.parts[field.data[0]]).decode("utf-8") if field is not None else None
+
+
 def _head_size_from_file(config: Any, reader: Any) -> None:
     """Set ``config.head_dim`` from the file's ``<arch>.attention.key_length`` where it has one
-    and transformers' GGUF mapping left the architecture's default instead (Qwen3: its
-    mapping reads no head size, and the class default, 128, is only every released Qwen3's)."""
-    field = reader.fields.get("general.architecture")
-    arch = bytes(field.parts[field.data[0]]).decode() if field is not None else ""
-    key = reader.fields.get(f"{arch}.attention.key_length")
-    if key is None or not hasattr(config, "head_dim"):
-        return
-    size = int(key.parts[key.data[0]][0])
-    if config.head_dim != size:
-        config.head_dim = size
+    (transformers' Qwen3 GGUF mapping reads no head size and keeps the class default, 128,
+    right only for the released Qwen3 sizes)."""
+    key = reader.fields.get(f"{gguf_architecture(reader)}.attention.key_length")
+    if key is not None and hasattr(config, "head_dim"):
+        config.head_dim = int(key.parts[key.data[0]][0])
 
 
 def _name_map(config: Any, architecture: str) -> tuple[dict[str, str], Any, set[str], set[str]]:
@@ -230,8 +230,8 @@ def _quantized_linears(
     """GGUF name -> (kernel kind, row order) of every linear weight that can stay in its GGUF
     integers: a type of :data:`QUANT_TYPES`, of a shape the kernels take, and either copied
     as it is by transformers' GGUF processor for this architecture or only reordered by rows
-    (Llama's ``attn_q``/``attn_k``, stored permuted for llama.cpp's rotary layout): the row order is
-    None for the first, else the output rows to take, in order (:func:`_row_order`)."""
+    (Llama's ``attn_q``/``attn_k``, stored permuted for llama.cpp's rotary layout): the row
+    order is None for the first, else the output rows to take, in order (:func:`_row_order`)."""
     from adapld_cli.model import quant
 
     out = {}
@@ -267,7 +267,7 @@ def _row_order(processor: Any, name: str, n: int, mapping: dict[str, str]) -> An
     if not np.array_equal(np.sort(rows), probe[:, 0]):
         return False
     order = rows.astype(np.int64)
-    return None if np.array_equal(order, probe[:, 0].astype(np.int64)) else order
+    return None if np.array_equal(order, np.arange(n)) else order
 
 
 def _write_quantized(
@@ -313,8 +313,7 @@ def _write_weights(
     import numpy as np
     import torch
 
-    arch_field = reader.fields.get("general.architecture")
-    architecture = bytes(arch_field.parts[arch_field.data[0]]).decode() if arch_field else ""
+    architecture = gguf_architecture(reader) or ""
     mapping, processor, expected, linears = _name_map(config, architecture)
     embed = _packable_embedding(reader, mapping, config)
     kept = {}

@@ -142,14 +142,13 @@ def gguf_facts(path: Path) -> dict[str, Any]:
     else the reason it runs on dequantised bfloat16 weights)."""
     from gguf import GGUFReader
 
-    from adapld_cli.model.convert import KERNEL_ARCHS, QUANT_TYPES
+    from adapld_cli.model.convert import KERNEL_ARCHS, QUANT_TYPES, gguf_architecture
 
     try:
         reader = GGUFReader(str(path), "r")
     except (OSError, ValueError) as exc:
         return {"architecture": None, "types": [], "kernels": f"not a readable GGUF ({exc})"}
-    field = reader.fields.get("general.architecture")
-    arch = bytes(field.parts[field.data[0]]).decode("utf-8") if field is not None else None
+    arch = gguf_architecture(reader)
     types = sorted({t.tensor_type.name for t in reader.tensors})
     floats = {"F32", "F16", "BF16"}
     other = [t for t in types if t not in floats and t not in QUANT_TYPES]

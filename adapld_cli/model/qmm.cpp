@@ -674,6 +674,16 @@ inline __m512 close_row(bool q4, __m512i A, __m512i B, float xs, __m512 d, __m51
   return _mm512_fmadd_ps(_mm512_cvtepi32_ps(v), _mm512_mul_ps(d, x), acc);
 }
 
+// Rows of a row block whose integer sums stay in registers at once: all of them on AVX-512
+// (8 of its 32 registers), two on AVX2 (8 rows' sums alone would fill its 16, and spill).
+constexpr int row_tile(int R) {
+#ifdef __AVX512F__
+  return R;
+#else
+  return R < 2 ? R : 2;
+#endif
+}
+
 // c + the 4-byte dot products of unsigned bytes u and signed bytes x, exact for any bytes
 // (vpdpbusd does not saturate; the AVX2 build widens to int16: qmm_avx2.h dpbusd_wide).
 inline __m512i dpbusd_exact(__m512i c, __m512i u, __m512i x) {
@@ -688,17 +698,13 @@ constexpr int64_t Q8_BYTES = 512;  // one q8 group of one tile: 32 inputs x 16 c
 
 // One q8 group (the 8 weight vectors w, scales s and mins mn) for the R rows of a row block
 // from row m (x: the block's dwords of this group, quantize_rows' layout): per row the exact
-// integer sum(u xq) - z X_g, then acc += that * (s xs) [- X_g * (mn xs)]. RT rows at a time
-// (AVX2: two, whose sums fit its 16 registers); every row gets the same steps whatever R is.
+// integer sum(u xq) - z X_g, then acc += that * (s xs) [- X_g * (mn xs)]. row_tile(R) rows
+// at a time; every row gets the same steps whatever R is.
 template <int R>
 inline void q8_group(const int32_t* x, const __m512i* w, __m512 s, __m512 mn, int32_t z,
                      bool mins, const int16_t* sums, int64_t sum_stride, const float* xs,
                      int64_t xs_stride, __m512* acc) {
-#ifdef __AVX512F__
-  constexpr int RT = R;
-#else
-  constexpr int RT = R < 2 ? R : 2;
-#endif
+  constexpr int RT = row_tile(R);
   for (int r0 = 0; r0 < R; r0 += RT) {
     __m512i c[RT];
     for (int r = 0; r < RT; ++r) c[r] = _mm512_setzero_si512();
@@ -770,17 +776,12 @@ inline __m512i mins_pair(const uint8_t* SC, int64_t t, int64_t G, int64_t j) {
 }
 
 // A[r] = sum over the ng groups from g0 of sc_g * sum(w xq) for the R rows of one row block
-// (x: the block's dwords, quantize_rows' layout), accumulated in registers: all R rows at once
-// on AVX-512 (8 of its 32 registers), two at a time on AVX2 (8 rows' sums alone would fill its
-// 16, and spill).
+// (x: the block's dwords, quantize_rows' layout), accumulated in registers, row_tile(R) rows
+// at a time.
 template <int R, int P>
 inline void block_sums(const int32_t* x, int64_t g0, int64_t ng, const __m512i* wb,
                        const __m512i* scb, __m512i* out) {
-#ifdef __AVX512F__
-  constexpr int RT = R;
-#else
-  constexpr int RT = R < 2 ? R : 2;
-#endif
+  constexpr int RT = row_tile(R);
   for (int r0 = 0; r0 < R; r0 += RT) {
     __m512i A[RT];
     for (int r = 0; r < RT; ++r) A[r] = _mm512_setzero_si512();

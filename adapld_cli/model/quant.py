@@ -320,9 +320,12 @@ def q8_parts(ggml_type: str, blocks: Any, n: int, k: int) -> dict[str, Any]:
     whether ``mn`` is used: ``w = s * (u - z) - mn``, the value ``gguf`` dequantises."""
     import numpy as np
     import torch
+    from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 
-    sizes = {"Q8_0": 34, "Q4_0": 18, "Q4_1": 20, "Q5_0": 22, "Q5_1": 24, "Q5_K": 176}
-    b = np.asarray(blocks, dtype=np.uint8).reshape(-1, sizes[ggml_type])
+    if ggml_type not in Q8_TYPES:
+        raise ValueError(f"{ggml_type} is not a q8 type ({', '.join(Q8_TYPES)})")
+    size = GGML_QUANT_SIZES[GGMLQuantizationType[ggml_type]][1]  # bytes a block
+    b = np.asarray(blocks, dtype=np.uint8).reshape(-1, size)
     nb = len(b)
 
     def f16(a: Any) -> Any:
@@ -351,7 +354,7 @@ def q8_parts(ggml_type: str, blocks: Any, n: int, k: int) -> dict[str, Any]:
         q = nibbles(b[:, 4:20]) if ggml_type == "Q4_1" else nibbles(b[:, 8:24])
         if ggml_type == "Q5_1":
             q = q | (high_bits(b[:, 4:8]) << 4)
-    elif ggml_type == "Q5_K":
+    else:  # Q5_K
         from gguf.quants import Q4_K
 
         d, dmin = f16(b[:, 0:2]), f16(b[:, 2:4])
@@ -363,8 +366,6 @@ def q8_parts(ggml_type: str, blocks: Any, n: int, k: int) -> dict[str, Any]:
         low = (qs.reshape(nb, 4, 1, 32) >> np.array([0, 4], np.uint8).reshape(1, 1, 2, 1)) & 15
         high = (qh.reshape(nb, 1, 32) >> np.arange(8, dtype=np.uint8).reshape(1, 8, 1)) & 1
         q = low.reshape(nb, 8, 32) | (high << 4)
-    else:
-        raise ValueError(f"{ggml_type} is not a q8 type ({', '.join(Q8_TYPES)})")
     groups = k // 32
 
     def t(a: Any, cols: int) -> Any:

@@ -115,6 +115,23 @@ def test_tree_rows_bitwise_equal_sequential_rows(arch, dtype, quantized, tree):
     assert tree_vs_sequential(model, prefix, tokens, parents) == (len(parents), 0.0)
 
 
+@pytest.mark.parametrize(("dtype", "quantized"), WEIGHTS, ids=WEIGHT_IDS)
+@pytest.mark.parametrize("arch", ARCHS)
+def test_prefill_writes_the_cache_rows_of_single_steps(arch, dtype, quantized):
+    """A prompt prefilled in the runner's default chunks (the widest exact pass, so several
+    chunks here) leaves bit for bit the cache rows that feeding it one token a pass writes."""
+    model = _packed(arch, dtype, quantized=quantized)
+    prompt = torch.randint(0, 48, (300,), generator=torch.Generator().manual_seed(2)).tolist()
+    chunked = ModelRunner(model, hidden_layer=None, want_hidden=False)
+    assert chunked.prefill_chunk() == kernels.EXACT_MAX_QUERIES < len(prompt)
+    chunked.prefill(prompt, 0)
+    stepped = ModelRunner(model, hidden_layer=None, want_hidden=False)
+    for token in prompt:
+        stepped.step([token], None, None)
+    for a, b in zip(chunked.cache.layers, stepped.cache.layers, strict=True):
+        assert torch.equal(a.keys, b.keys) and torch.equal(a.values, b.values)
+
+
 def _amx() -> bool:
     """Whether this CPU has AMX tiles (its flags as Linux lists them)."""
     try:

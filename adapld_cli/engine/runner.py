@@ -29,9 +29,11 @@ from adapld_cli.engine.tree import tree_mask
 from adapld_cli.engine.types import UnsupportedModelError
 from adapld_cli.engine.workspaces import Workspace, Workspaces, workspace_rows
 
-# Prompt tokens per prefill pass: the fastest chunk measured on a CPU (docs/design.md,
-# "Prefill chunks"). Every decoding method shares the prefill, so the chunk never affects
-# exactness.
+# Prompt tokens per prefill pass (docs/design.md, "Prefill chunks"), or fewer on a model whose
+# passes are batch-invariant only up to ``model.adapld_exact_rows`` rows (the CPU's exact
+# kernels): there a chunk is such a pass, so the prompt's cache rows are bit for bit those
+# token-by-token decoding would write. Every decoding method shares the prefill, so the chunk
+# never affects exactness.
 PREFILL_CHUNK = 256
 
 
@@ -324,7 +326,7 @@ class ModelRunner:
         prefix: PrefixCache | None = None,
     ) -> tuple[Any, Any]:
         """Feed ``ids`` into the (empty) cache in chunks of ``chunk`` tokens (default
-        :data:`PREFILL_CHUNK`).
+        :meth:`prefill_chunk`).
 
         Returns ``(hidden [n, H] or None, topk [n, top_k] or None)``: the hooked layer's
         states and each position's top-K next-token ids, computed per chunk of positions.
@@ -333,7 +335,7 @@ class ModelRunner:
         this one's for the next (:mod:`adapld_cli.engine.prefix`: the result is a fresh
         prefill's bit for bit); :attr:`reused` says how many positions were taken over.
         """
-        chunk = chunk or PREFILL_CHUNK
+        chunk = chunk or self.prefill_chunk()
         hiddens, topks = [], []
         key = (
             id(self.model),
@@ -364,6 +366,12 @@ class ModelRunner:
             final = None if self._final is None else self._final[: len(ids)]
             prefix.keep(key, ids, chunk, self.cache.layers, hidden, final, topk)
         return hidden, topk
+
+    def prefill_chunk(self) -> int:
+        """The default prefill chunk: :data:`PREFILL_CHUNK`, or the model's widest exact pass
+        (``adapld_exact_rows``) where that is smaller."""
+        exact = getattr(self.model, "adapld_exact_rows", None)
+        return min(PREFILL_CHUNK, exact) if exact else PREFILL_CHUNK
 
     def _adopt(self, entry: Any, n: int, hiddens: list[Any], topks: list[Any]) -> None:
         """Put the first ``n`` kept positions of a prefix-cache entry in place of a prefill

@@ -86,7 +86,10 @@ def apply(model: Any, mode: str | None = None) -> str:
     """Install the kernels of ``mode`` (see :func:`resolve_mode`) on ``model`` in place.
 
     Returns the mode in effect: ``"stock"`` when off or unsupported (see :func:`supported`).
-    Idempotent. Sets ``model.adapld_kernels`` to the returned mode.
+    Idempotent. Sets ``model.adapld_kernels`` to the returned mode and, in ``exact`` mode,
+    ``model.adapld_exact_rows`` to :data:`EXACT_MAX_QUERIES`: the widest pass whose every row
+    is bit for bit a single step's (the runner prefills in chunks of at most that many, so a
+    prompt's cache rows are the ones decoding it token by token would write).
     """
     name = resolve_mode(mode)
     current = getattr(model, "adapld_kernels", "stock")
@@ -96,6 +99,7 @@ def apply(model: Any, mode: str | None = None) -> str:
         pack_linears(model)
         if name == "exact":
             use_exact_attention(model)
+            model.adapld_exact_rows = EXACT_MAX_QUERIES
     else:
         name = "stock"
     model.adapld_kernels = name

@@ -115,3 +115,36 @@ def test_other_settings_do_not_share_rows(model):
     runner = ModelRunner(model, hidden_layer=None, want_hidden=False)  # no hook, no finals
     runner.prefill(ids, 0, prefix=cache)
     assert runner.reused == 0
+
+
+@pytest.mark.parametrize(
+    ("arch", "dtype", "quantized"),
+    [("qwen2", torch.bfloat16, "q4"), ("llama", torch.float32, None)],
+    ids=["qwen2-q4", "llama-float32"],
+)
+def test_decoded_rows_serve_the_next_prompt_on_the_exact_kernels(arch, dtype, quantized):
+    """On the exact kernels every row is a single step's, so a generation keeps its decoded
+    rows too: a prompt that repeats the answer (a repair, a chat going on) takes over the
+    prompt and the answer, not whole chunks only, and generates what it generates fresh. The
+    kept rows are a fresh prefill's bit for bit (KV rows, hooked layer)."""
+    from tests.test_kernels import _packed
+
+    model = _packed(arch, dtype, quantized=quantized)
+    cache = PrefixCache()
+    cfg = GenerationConfig(max_new_tokens=40)
+    prompt = random_prompt(0)
+    first = generate(model, prompt, cfg, "adapld", prefix=cache)
+    assert first.stats.accepted_draft_tokens > 0  # drafts were accepted, so tree rows were kept
+    entry = cache._entries[0]
+    assert entry.ids == prompt + first.tokens[:-1]  # the last token was never fed
+    fresh = ModelRunner(model, hidden_layer=None, want_hidden=True)
+    hidden, _ = fresh.prefill(entry.ids, 0)
+    n = len(entry.ids)
+    for layer, k, v in zip(fresh.cache.layers, entry.keys, entry.values, strict=True):
+        assert torch.equal(layer.keys[:, :, :n], k) and torch.equal(layer.values[:, :, :n], v)
+    assert torch.equal(hidden, entry.hidden)
+    follow = prompt + first.tokens + [5, 6, 7] + prompt[:9]
+    ref = generate(model, follow, cfg, "adapld")
+    out = generate(model, follow, cfg, "adapld", prefix=cache)
+    assert out.tokens == ref.tokens
+    assert out.stats.cached_tokens == n  # not a multiple of the chunk: any shared prefix

@@ -234,6 +234,8 @@ def _decode(
             stats.graph_fallback = runner.static.fallback
         stats.ar_step_s = ctx.cost.step_s
         stats.decode_s += time.perf_counter() - t_step
+        if reason is not None and prefix is not None:  # before the caller sees the end
+            runner.remember(prefix, ctx.tokens)
         yield StepEvent(new, sources, stats, finished=reason is not None, stop_reason=reason)
         if reason is not None:
             return

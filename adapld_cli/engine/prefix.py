@@ -1,15 +1,23 @@
-"""Reuse of a previous prompt's prefill: whole prefill chunks of a common prefix.
+"""Reuse of a previous prompt's prefill: the rows of a common prefix.
 
 Contract: a :class:`PrefixCache` remembers, for the last few prompts prefilled through it, the
-KV rows, hooked-layer hidden states, final hidden states and top-K rows of their *complete*
-prefill chunks (positions ``0 .. k * chunk``). The next prefill through the same cache on the
-same model and settings takes over the chunks its prompt shares token for token with the
-remembered prompt that shares the most, and runs the rest as a fresh prefill would: from the
-first chunk boundary not shared, in the same chunks.
-Every chunk is therefore computed from the same tokens, with the same shape and the same
-cached keys as without the cache, so the result is bit for bit a fresh prefill's on any
-kernel and device (no batch invariance needed). A prompt that shares less than one chunk
-reuses nothing.
+KV rows, hooked-layer hidden states, final hidden states and top-K rows of their positions in
+whole *units* of the caller's choosing (positions ``0 .. k * unit``). The next prefill through
+the same cache on the same model and settings takes over the units its prompt shares token for
+token with the remembered prompt that shares the most, and runs the rest as a fresh prefill
+would.
+
+- ``unit`` = the prefill chunk (any kernel, any device): the rest starts at the first chunk
+  boundary not shared, in the same chunks, so every chunk is computed from the same tokens,
+  with the same shape and the same cached keys as without the cache: bit for bit a fresh
+  prefill's, no batch invariance needed. A prompt that shares less than one chunk reuses
+  nothing.
+- ``unit`` = 1, where every row of a pass is bit for bit a single decoding step's (the CPU's
+  exact kernels, whose prefill chunks are such passes: ``ModelRunner.prefill_chunk``): any
+  shared prefix is taken, and a generation's own decoded rows may be kept too
+  (``ModelRunner.remember``), since each is the row a prefill of those tokens would write. A
+  repair prompt that repeats the rejected answer, or a chat that goes on after an answer,
+  then prefills only what is new.
 
 Used where one process serves many generations (``adapld serve``, a multi-file ``adapld
 edit``): a second edit of the same file skips most of its prefill. One generation at a time
@@ -45,15 +53,15 @@ class PrefixCache:
         self.max_tokens = max_tokens
         self._entries: list[_Entry] = []  # most recently used first
 
-    def lookup(self, key: tuple[Any, ...], ids: list[int], chunk: int) -> tuple[int, _Entry | None]:
+    def lookup(self, key: tuple[Any, ...], ids: list[int], unit: int) -> tuple[int, _Entry | None]:
         """``(n, entry)``: how many leading positions of ``ids`` can be taken over (whole
-        chunks only; callers slice ``entry``'s rows to ``n``), from the kept prompt sharing
+        units only; callers slice ``entry``'s rows to ``n``), from the kept prompt sharing
         the most, or ``(0, None)``."""
         best, found = 0, None
         for e in self._entries:
             if e.key != key:
                 continue
-            n = _shared(e.ids, ids) // chunk * chunk
+            n = _shared(e.ids, ids) // unit * unit
             if n > best:
                 best, found = n, e
         if found is not None:
@@ -68,17 +76,17 @@ class PrefixCache:
         self,
         key: tuple[Any, ...],
         ids: list[int],
-        chunk: int,
+        unit: int,
         layers: list[Any],
         hidden: torch.Tensor | None,
         final: torch.Tensor | None,
         topk: torch.Tensor | None,
     ) -> None:
-        """Remember the complete chunks of a prefill of ``ids`` (copies: the generation goes
-        on writing its own buffers). A prompt kept already is not copied again; a kept
+        """Remember the rows of ``ids``' whole units (copies: the generation goes on writing
+        its own buffers). A prompt kept already is not copied again; a kept
         prompt that this one extends is dropped (this one serves everything it did); then the
         least recently used go while the positions kept exceed ``max_tokens``."""
-        n = min(len(ids), self.max_tokens) // chunk * chunk
+        n = min(len(ids), self.max_tokens) // unit * unit
         if n == 0:
             return
         same = [e for e in self._entries if e.key == key and e.ids == ids[:n]]

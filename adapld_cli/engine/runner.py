@@ -94,9 +94,11 @@ class ModelRunner:
         self._captured: torch.Tensor | None = None
         self._keep_final = keep_final  # for topk_at (drafters that use top-K rows)
         self._final: torch.Tensor | None = None  # [capacity, H] final hidden state per position
+        self._hooked: torch.Tensor | None = None  # [capacity, H] hooked layer's, for remember
         self._hook = None
         self._hidden_idx: int | None = None
         self.reused = 0  # prompt positions the last prefill took over from a PrefixCache
+        self._prefix_key: tuple[Any, ...] | None = None  # the last prefill's PrefixCache key
         if want_hidden:
             layers = _decoder_layers(base)
             if layers is None:
@@ -220,17 +222,13 @@ class ModelRunner:
 
     def _store_final(self, start: int, last: torch.Tensor) -> None:
         """Keep the final hidden states ``last [n, H]`` of positions ``start ..`` when the
-        runner was asked to (``keep_final``; call in inference mode)."""
-        if not self._keep_final:
-            return
-        end = start + last.shape[0]
-        if self._final is None or self._final.shape[0] < end:
-            size = (max(end, 2 * start, 1024), last.shape[1])
-            grown = torch.empty(size, dtype=last.dtype, device=last.device)
-            if self._final is not None:
-                grown[:start] = self._final[:start]
-            self._final = grown
-        self._final[start:end] = last
+        runner was asked to (``keep_final``; call in inference mode); with :meth:`exact_rows`
+        and a hooked layer, that layer's states of the same positions too (for
+        :meth:`remember`)."""
+        if self._keep_final:
+            self._final = _put(self._final, start, last)
+        if self._hidden_idx is not None and self._captured is not None and self.exact_rows():
+            self._hooked = _put(self._hooked, start, self._captured[0])
 
     def topk_at(self, positions: list[int], k: int) -> torch.Tensor:
         """Top-``k`` next-token ids ``[len(positions), k]`` predicted at cached positions, from
@@ -331,9 +329,10 @@ class ModelRunner:
         Returns ``(hidden [n, H] or None, topk [n, top_k] or None)``: the hooked layer's
         states and each position's top-K next-token ids, computed per chunk of positions.
         With ``keep_final`` the final hidden states are kept too, for :meth:`topk_at`.
-        ``prefix``: take over the whole chunks a previous prompt shares with ``ids`` and keep
-        this one's for the next (:mod:`adapld_cli.engine.prefix`: the result is a fresh
-        prefill's bit for bit); :attr:`reused` says how many positions were taken over.
+        ``prefix``: take over what a previous prompt shares with ``ids`` (whole chunks, or
+        any prefix where every row is a single step's: :meth:`exact_rows`) and keep this
+        one's for the next (:mod:`adapld_cli.engine.prefix`: the result is a fresh prefill's
+        bit for bit); :attr:`reused` says how many positions were taken over.
         """
         chunk = chunk or self.prefill_chunk()
         hiddens, topks = [], []
@@ -346,7 +345,9 @@ class ModelRunner:
             self._keep_final,
             chunk,
         )
-        taken, entry = prefix.lookup(key, ids, chunk) if prefix is not None else (0, None)
+        unit = 1 if self.exact_rows() else chunk
+        self._prefix_key = key
+        taken, entry = prefix.lookup(key, ids, unit) if prefix is not None else (0, None)
         self.reused = taken
         with torch.inference_mode():
             if entry is not None:
@@ -364,8 +365,31 @@ class ModelRunner:
         topk = torch.cat(topks) if topks else None
         if prefix is not None:
             final = None if self._final is None else self._final[: len(ids)]
-            prefix.keep(key, ids, chunk, self.cache.layers, hidden, final, topk)
+            prefix.keep(key, ids, unit, self.cache.layers, hidden, final, topk)
         return hidden, topk
+
+    def exact_rows(self) -> bool:
+        """Whether every row this runner writes is bit for bit what a single decoding step
+        writes: eager passes on the exact kernels (prefill chunks and verify passes alike)."""
+        exact = getattr(self.model, "adapld_exact_rows", None)
+        return bool(exact) and not self._static_wanted
+
+    def remember(self, prefix: PrefixCache, ids: list[int]) -> None:
+        """Keep the rows of ``ids`` (the prompt and the tokens decoded after it; the cache
+        holds the rows of the first ``cache_len`` of them) for the next prefill that shares
+        them, where they are a prefill's bit for bit (:meth:`exact_rows`) and carry no top-K
+        rows (a decoded position has none)."""
+        key = self._prefix_key
+        if key is None or not self.exact_rows() or key[4]:  # key[4]: the prefill's top_k
+            return
+        n = min(len(ids), self.cache_len)
+        final = None if self._final is None else self._final[:n]
+        hooked = None if self._hidden_idx is None else self._hooked
+        if self._hidden_idx is not None and (hooked is None or hooked.shape[0] < n):
+            return
+        prefix.keep(
+            key, ids[:n], 1, self.cache.layers, None if hooked is None else hooked[:n], final, None
+        )
 
     def prefill_chunk(self) -> int:
         """The default prefill chunk: :data:`PREFILL_CHUNK`, or the model's widest exact pass
@@ -378,10 +402,12 @@ class ModelRunner:
         of them (cache rows, final states; hidden and top-K rows appended to the lists)."""
         for layer, k, v in zip(self.cache.layers, entry.keys, entry.values, strict=True):
             layer.update(k[:, :, :n], v[:, :, :n])
-        if entry.final is not None:
-            self._store_final(0, entry.final[:n])
+        if entry.final is not None and self._keep_final:
+            self._final = _put(self._final, 0, entry.final[:n])
         if entry.hidden is not None:
             hiddens.append(entry.hidden[:n])
+            if self.exact_rows():
+                self._hooked = _put(self._hooked, 0, entry.hidden[:n])
         if entry.topk is not None:
             topks.append(entry.topk[:n])
 
@@ -398,7 +424,23 @@ class ModelRunner:
             return
         sel = (to_device(idx, self.device) if rows is None else rows) + prefix_len
         with torch.inference_mode():
-            if self._final is not None:
-                self._final[prefix_len:new_len] = self._final.index_select(0, sel)
+            for kept in (self._final, self._hooked):
+                if kept is not None:
+                    kept[prefix_len:new_len] = kept.index_select(0, sel)
             for layer in self.cache.layers:  # in place: the accepted rows only are copied
                 layer.keep(prefix_len, sel)
+
+
+def _put(buf: torch.Tensor | None, start: int, rows: torch.Tensor) -> torch.Tensor:
+    """``buf`` (per position, grown by doubling as needed) with ``rows [n, H]`` written at
+    positions ``start ..``."""
+    end = start + rows.shape[0]
+    if buf is None or buf.shape[0] < end:
+        grown = torch.empty(
+            (max(end, 2 * start, 1024), rows.shape[1]), dtype=rows.dtype, device=rows.device
+        )
+        if buf is not None:
+            grown[:start] = buf[:start]
+        buf = grown
+    buf[start:end] = rows
+    return buf

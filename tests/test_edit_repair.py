@@ -13,7 +13,7 @@ import pytest
 
 from adapld_cli.edit import EditOptions, LocalModel, decode_source, judge, prepare
 from adapld_cli.edit.judge import UNCHANGED_FEEDBACK
-from adapld_cli.edit.prompt import REPAIR_REQUEST
+from adapld_cli.edit.prompt import REPAIR_NOTE
 from adapld_cli.edit.repair import repair_request
 from adapld_cli.edit.run import edit_file
 
@@ -35,18 +35,21 @@ def test_refused_result_is_asked_again_with_the_reason(loaded, src, texts):
     assert result.status == "refused" and result.feedback.startswith("The file you returned")
     assert "does not parse (line 1" in result.feedback
     retry = repair_request(local, first, result)
-    # The first conversation, the rejected file in the answer's fence, then the request.
+    # The first conversation with the feedback as a note on its user turn; the rejected file
+    # is not shown but drafted from.
     msgs = retry.conversation.messages
-    assert msgs[: len(first.conversation.messages)] == first.conversation.messages
-    assert msgs[-2] == {"role": "assistant", "content": f"```python\n{texts.broken}```"}
-    assert msgs[-1]["role"] == "user"
-    assert msgs[-1]["content"] == REPAIR_REQUEST.format(
-        feedback=result.feedback, instruction="rename foo to bar"
-    )
+    assert msgs[:-1] == first.conversation.messages[:-1]
+    assert msgs[-1] == {
+        "role": "user",
+        "content": first.conversation.messages[-1]["content"]
+        + REPAIR_NOTE.format(feedback=result.feedback),
+    }
+    assert retry.conversation.reference == texts.broken
+    assert first.conversation.reference == ""
     assert retry.conversation.opening == first.conversation.opening
     assert retry.prompt.ids[-1] == first.prompt.ids[-1]  # the answer opens the same way
     assert len(retry.prompt.ids) > len(first.prompt.ids)
-    # A third attempt starts again from the first conversation plus the latest answer only.
+    # A third attempt starts again from the first conversation plus the latest note only.
     third = repair_request(local, retry, generated(local, retry))
     assert third.conversation.messages == retry.conversation.messages
 
@@ -54,7 +57,7 @@ def test_refused_result_is_asked_again_with_the_reason(loaded, src, texts):
     again = edit_file(local, src, "rename foo to bar")
     assert again.status == "refused" and again.attempts == 3
     assert again.stats.new_tokens == 3 * result.stats.new_tokens
-    # later attempts copy the rejected answer, now in their prompt: fewer passes
+    # later attempts copy the rejected answer, their drafts' reference: fewer passes
     assert again.stats.forward_passes < 3 * result.stats.forward_passes
     assert again.stats.prompt_tokens > 3 * result.stats.prompt_tokens
 

@@ -53,7 +53,22 @@ def test_rename_not_made_is_found():
     drift = PY.replace('"gray0"', '"grey9"')  # the model changed something else instead
     assert check(drift) == "does not make the rename: `to_system` appears nowhere"
     kept = PY.replace("    def other", "    def to_system(self):\n        pass\n\n    def other")
-    assert check(kept) == "does not make the rename: `downgrade` is still defined"
+    assert check(kept) == "does not make the rename: `Color.downgrade` (line 7) is still defined"
+
+
+def test_a_rename_of_several_definitions_names_them_all_when_one_is_kept():
+    """The inventory case: two methods share the old name, the answer renamed one; the reason
+    names the one kept and every definition to rename (what a repair attempt needs)."""
+    before = (
+        "class A:\n    def total(self):\n        return 1\n\n\n"
+        "class B:\n    def total(self):\n        return 2\n"
+    )
+    after = before.replace("def total", "def value", 1)
+    reason = check(after, "Rename the method total to value", before)
+    assert reason == (
+        "does not make the rename: `B.total` (line 7) is still defined; there are 2 definitions "
+        "named `total`: rename all of them (`A.total`, `B.total`) to `value`, and every call"
+    )
 
 
 def test_a_rename_that_renames_another_definition_too_is_found():

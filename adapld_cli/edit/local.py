@@ -72,6 +72,8 @@ class LocalModel:
         stop_reason: str | None = None
         if self.prefix is None:
             self.prefix, self.workspaces = PrefixCache(), Workspaces()
+        conv = prepared.conversation
+        reference = conv.reference if conv is not None else ""
         events = stream(
             self.loaded.model,
             prepared.prompt.ids,
@@ -79,6 +81,9 @@ class LocalModel:
             method=self.options.method,
             tokenizer=self.tokenizer,
             settings=self.options.settings,
+            reference=self.tokenizer(reference, add_special_tokens=False)["input_ids"]
+            if reference
+            else (),
             prefix=self.prefix,
             workspaces=self.workspaces,
         )

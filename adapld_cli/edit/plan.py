@@ -112,8 +112,6 @@ def rename_only(instruction: str) -> bool:
     return not re.sub(r"[\s.,;:!]+", "", rest)
 
 
-# -- units -------------------------------------------------------------------------------------
-# -- units -------------------------------------------------------------------------------------
 # -- units -------------------------------------------------------------------------------
 def _units(text: str, lang: str | None, defs: list[Definition]) -> list[Part]:
     """The file's units (module contract), in file order: leaf definitions, then each

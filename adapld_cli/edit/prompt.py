@@ -144,6 +144,7 @@ class Conversation:
     messages: list[dict[str, str]]
     opening: str
     fence: str
+    reference: str = ""  # text the drafts copy from besides the prompt (a rejected answer)
 
     @property
     def with_opening(self) -> list[dict[str, str]]:
@@ -174,25 +175,26 @@ def conversation(
     return Conversation(messages, f"{template.assistant_prefix}{fence}{tag}\n", fence)
 
 
-REPAIR_REQUEST = (
-    "{feedback} Edit the original file again: {instruction} Keep every other line, comment "
-    "and definition as it is, and reply with the complete edited file in a single code block."
+REPAIR_NOTE = (
+    "\n\nAn earlier answer to this was rejected. {feedback} Edit the original file again, keep "
+    "every other line, comment and definition as it is, and reply with the complete edited file "
+    "in a single code block."
 )
 
 
-def repair_conversation(
-    base: Conversation, answer: str, feedback: str, instruction: str
-) -> Conversation:
-    """``base`` (a first attempt's conversation) followed by the rejected ``answer`` (the file
-    it gave, in the answer's fence) and a user turn saying what was wrong (``feedback``) and
-    asking again; the answer opens as before. Built from ``base`` each time, so a third
-    attempt's prompt holds the original file and only the latest rejected answer."""
-    sep = "" if answer.endswith("\n") or not answer else "\n"
-    reply = f"{base.opening}{answer}{sep}{base.fence}"
-    ask = REPAIR_REQUEST.format(feedback=feedback.strip(), instruction=instruction.strip())
-    turns = [{"role": "assistant", "content": reply}, {"role": "user", "content": ask}]
-    messages = [*base.messages, *turns]
-    return Conversation(messages, base.opening, base.fence)
+def repair_conversation(base: Conversation, answer: str, feedback: str) -> Conversation:
+    """``base`` (a first attempt's conversation) with ``feedback`` on the rejected ``answer``
+    added to its last user turn as a note, and ``answer`` as the reference drafts copy from.
+
+    The rejected answer is not shown to the model: a small model shown its own answer copies
+    it back, feedback or not, under greedy decoding (docs/design.md, "Repair on refusal").
+    Built from ``base`` each time, so a third attempt's prompt is the first one plus only the
+    latest note; everything before the note is the first prompt's, and its cache rows are
+    reused."""
+    messages = [dict(m) for m in base.messages]
+    last = max(i for i, m in enumerate(messages) if m["role"] == "user")
+    messages[last]["content"] += REPAIR_NOTE.format(feedback=feedback.strip())
+    return Conversation(messages, base.opening, base.fence, reference=answer)
 
 
 def chat_text(tokenizer: Any, messages: list[dict[str, str]]) -> str:

@@ -209,7 +209,7 @@ class RemoteModel:
             "stop": list(cfg.stop_strings),
             "stream": True,
             "stream_options": {"include_usage": True},
-            "prediction": {"type": "content", "content": prepared.source.text},
+            "prediction": {"type": "content", "content": _prediction(prepared)},
         }
         if cfg.seed is not None:
             body["seed"] = cfg.seed
@@ -264,6 +264,12 @@ def _strip_opening(text: str, prepared: PreparedEdit) -> str:
     if text.startswith(fence) and "\n" in text:
         return text[text.index("\n") + 1 :]
     return text
+
+
+def _prediction(prepared: PreparedEdit) -> str:
+    """The predicted output sent: a repair's rejected answer (closer to the next answer than
+    the file, which the prompt carries anyway), else the file."""
+    return _conversation(prepared).reference or prepared.source.text
 
 
 def _conversation(prepared: PreparedEdit) -> Conversation:

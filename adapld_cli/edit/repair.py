@@ -91,7 +91,7 @@ def repair_conversation_for(prepared: PreparedEdit, result: EditResult) -> Conve
     base = prepared.first
     if result.feedback is None or base is None:
         return None
-    return repair_conversation(base, result.new_text, result.feedback, prepared.instruction)
+    return repair_conversation(base, result.new_text, result.feedback)
 
 
 def after_attempts(earlier: EditResult, latest: EditResult) -> EditResult:

@@ -6,7 +6,8 @@ Contract: :func:`check_unasked` returns the reason a result must not be written 
 
 - **a rename not made**: the instruction says ``rename X to Y`` (``rename the method X to
   Y``, with or without backticks, ``X`` possibly qualified), ``X`` is a definition of the
-  file, and in the result ``Y`` appears nowhere or ``X`` is still defined;
+  file, and in the result ``Y`` appears nowhere or ``X`` is still defined (the reason names each
+  definition still holding ``X``, qualified, with its line, so a repair knows which);
 - **a data table rewritten**: a top-level assignment whose value holds at least
   :data:`TABLE_LITERALS` literals (strings, numbers) keeps its name but not its literals,
   and the instruction neither names it nor speaks of data in general.
@@ -22,8 +23,10 @@ import re
 from collections import Counter
 
 from adapld_cli.edit.guard.intent import names_in
+from adapld_cli.edit.guard.items import Item
 from adapld_cli.edit.guard.scan import is_structural, scan
 
+SHOWN_NAMES = 4  # definitions a rename-not-made reason names
 TABLE_LITERALS = 6  # literals in an assignment's value that make it a data table
 # "rename [the method] `old` to `new`": a kind word or two may stand before the old name
 RENAME_PAIR_RE = re.compile(
@@ -62,17 +65,19 @@ def _rename_not_made(before: str, after: str, language: str | None, instruction:
     pairs = rename_pairs(instruction)
     if not pairs:
         return None
-    old_defs = _defined(before, language)
-    new_defs = _defined(after, language)
-    if new_defs is None:
+    old_items = _definitions(before, language) or []
+    new_items = _definitions(after, language)
+    if new_items is None:
         return None
+    old_defs = {_last(i.name) for i in old_items}
+    new_defs = {_last(i.name) for i in new_items}
     for old, new in pairs:
         if old not in old_defs:
             continue  # not a definition of this file: nothing to check
         if not re.search(r"(?<![\w$])" + re.escape(new) + r"(?![\w$])", after):
             return f"does not make the rename: `{new}` appears nowhere"
         if old in new_defs and new not in old_defs:
-            return f"does not make the rename: `{old}` is still defined"
+            return f"does not make the rename: {_still_there(old_items, new_items, old, new)}"
     olds = {old for old, _ in pairs}
     gone = [n for n in sorted(old_defs - new_defs - olds) if not names_in(n, instruction)]
     if gone:
@@ -80,12 +85,33 @@ def _rename_not_made(before: str, after: str, language: str | None, instruction:
     return None
 
 
-def _defined(text: str, language: str | None) -> set[str] | None:
-    """The last parts of the names a file defines (definitions and top-level statements)."""
+def _still_there(before: list[Item], after: list[Item], old: str, new: str) -> str:
+    """Which definitions still hold ``old`` and, where the file had several, all of them by
+    name: the model's repair attempt tends to copy its answer back unless told which."""
+    kept = [i for i in after if _last(i.name) == old]
+    said = ", ".join(f"`{i.name}` (line {i.line})" for i in kept[:SHOWN_NAMES])
+    reason = f"{said} {'is' if len(kept) == 1 else 'are'} still defined"
+    named = [i.name for i in before if _last(i.name) == old]
+    if len(named) > 1:
+        every = ", ".join(f"`{n}`" for n in named[:SHOWN_NAMES])
+        reason += (
+            f"; there are {len(named)} definitions named `{old}`: rename all of them ({every})"
+            f" to `{new}`, and every call"
+        )
+    return reason
+
+
+def _definitions(text: str, language: str | None) -> list[Item] | None:
+    """The items a file defines (definitions and top-level statements, imports left out)."""
     found = scan(text, language)
     if found is None:
         return None
-    return {i.name.rsplit(".", 1)[-1] for i in found.items if i.kind != "import"}
+    return [i for i in found.items if i.kind != "import"]
+
+
+def _last(name: str) -> str:
+    """``"Inventory.total_value"`` -> ``"total_value"``."""
+    return name.rsplit(".", 1)[-1]
 
 
 def _tables_rewritten(

@@ -3,11 +3,13 @@
 :class:`WithReference` wraps any drafter. Every step it asks the wrapped drafter for its tree
 and also looks the context's last tokens up in the reference (n-grams of 3, 2, then 1
 tokens). The reference's chain replaces the wrapped drafter's tree when the reference is
-being followed (the match lies where the previous reference chain left off) or when the
-wrapped drafter found nothing to copy (no n-gram hit in the context: its guesses then, a
-cursor chain, recycled or semantic candidates, give way to the reference's). Either way
-the tree is verified like any other, so the output is still exactly plain decoding's; the
-reference only decides how much each pass accepts.
+being followed (the match lies where the previous reference chain left off), when its match
+is a full 3-gram (a repair's rejected answer beats the original file the prompt carries,
+which the answer has moved away from), or when the wrapped drafter found nothing to copy
+(no n-gram hit in the context: its guesses then, a cursor chain, recycled or semantic
+candidates, give way to the reference's). Either way the tree is verified like any other,
+so the output is still exactly plain decoding's; the reference only decides how much each
+pass accepts.
 The wrapped drafter sees every step's feedback (its index and statistics stay current).
 """
 
@@ -22,7 +24,7 @@ from adapld_cli.engine.tree import DraftTree
 from adapld_cli.engine.types import Source
 
 REFERENCE_NGRAM = 3  # longest n-gram looked up in the reference
-REFERENCE_CHAIN = 32  # most tokens copied from the reference per pass
+REFERENCE_CHAIN = 128  # most tokens copied from the reference per pass (node budget too)
 
 
 class WithReference:
@@ -47,8 +49,9 @@ class WithReference:
     def propose(self, ctx: Context, max_nodes: int) -> DraftTree:
         tree = self.inner.propose(ctx, max_nodes)
         self._used = None
-        hit, aligned = self._match(ctx.tokens)
-        if hit is None or max_nodes <= 0 or not (aligned or tree.kind != "lexical"):
+        hit, aligned, n = self._match(ctx.tokens)
+        strong = aligned or n == REFERENCE_NGRAM or tree.kind != "lexical"
+        if hit is None or max_nodes <= 0 or not strong:
             return tree
         chain = self.index.tokens[hit + 1 : hit + 1 + min(REFERENCE_CHAIN, max_nodes)]
         if not chain:
@@ -60,9 +63,10 @@ class WithReference:
         self._used = hit
         return own
 
-    def _match(self, tokens: list[int]) -> tuple[int | None, bool]:
+    def _match(self, tokens: list[int]) -> tuple[int | None, bool, int]:
         """End position in the reference of the longest n-gram ending the context, the one
-        at the cursor when it is among them; and whether it was at the cursor."""
+        at the cursor when it is among them; whether it was at the cursor; the n-gram's
+        length (0: no hit)."""
         for n in range(REFERENCE_NGRAM, 0, -1):
             if len(tokens) < n:
                 continue
@@ -70,10 +74,10 @@ class WithReference:
             if not hits:
                 continue
             if self.cursor is not None and self.cursor in hits:
-                return self.cursor, True
+                return self.cursor, True, n
             after = [h for h in hits if self.cursor is None or h >= self.cursor]
-            return (after or hits)[0], False
-        return None, False
+            return (after or hits)[0], False, n
+        return None, False, 0
 
     def feedback(self, ctx: Context, tree: DraftTree, path: list[int], emitted: list[int]) -> None:
         if self._used is not None:

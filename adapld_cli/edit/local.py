@@ -72,8 +72,6 @@ class LocalModel:
         stop_reason: str | None = None
         if self.prefix is None:
             self.prefix, self.workspaces = PrefixCache(), Workspaces()
-        conv = prepared.conversation
-        reference = conv.reference if conv is not None else ""
         events = stream(
             self.loaded.model,
             prepared.prompt.ids,
@@ -81,9 +79,7 @@ class LocalModel:
             method=self.options.method,
             tokenizer=self.tokenizer,
             settings=self.options.settings,
-            reference=self.tokenizer(reference, add_special_tokens=False)["input_ids"]
-            if reference
-            else (),
+            reference=self.reference_ids(prepared),
             prefix=self.prefix,
             workspaces=self.workspaces,
         )
@@ -101,6 +97,14 @@ class LocalModel:
             if close is not None:
                 close()
         return self.generation(tokens, stats, stop_reason)
+
+    def reference_ids(self, prepared: PreparedEdit) -> list[int]:
+        """The tokens of the text the drafts copy from besides the prompt (a repair's
+        rejected answer; none for a first attempt)."""
+        conv = prepared.conversation
+        if conv is None or not conv.reference:
+            return []
+        return list(self.tokenizer(conv.reference, add_special_tokens=False)["input_ids"])
 
     def generation(self, tokens: list[int], stats: Stats, stop_reason: str | None) -> Generation:
         """Generated tokens as a :class:`Generation` (their text decoded)."""

@@ -55,9 +55,7 @@ def check_unasked(before: str, after: str, *, language: str | None, instruction:
 def rename_pairs(instruction: str) -> list[tuple[str, str]]:
     """``(old, new)`` for each ``rename X to Y`` of the instruction, ``old`` unqualified."""
     return [
-        (old.rsplit(".", 1)[-1], new)
-        for old, new in RENAME_PAIR_RE.findall(instruction)
-        if old.rsplit(".", 1)[-1] != new
+        (_last(old), new) for old, new in RENAME_PAIR_RE.findall(instruction) if _last(old) != new
     ]
 
 

@@ -92,6 +92,48 @@ def test_interleaved_conversations_each_find_their_own_prefix(model):
     assert _prefill(model, c + [4], cache)[0].reused == 3 * CHUNK
 
 
+def test_a_shared_beginning_is_kept_once_and_outlives_its_branches(model):
+    """A client's conversations share a long beginning (aider: system prompt, repository map,
+    the file) and branch after it: the beginning's rows are kept once, so many branches fit
+    and the least recently used ones go, not the beginning the next request needs."""
+    rng = random.Random(2)
+    head = [rng.randrange(VOCAB) for _ in range(4 * CHUNK)]
+
+    def branch() -> list[int]:
+        return head + [rng.randrange(VOCAB) for _ in range(2 * CHUNK)]
+
+    cache = PrefixCache(max_tokens=9 * CHUNK)  # the head and two or three branches
+    for _ in range(6):
+        _prefill(model, branch(), cache)
+        assert cache.positions <= 9 * CHUNK
+    assert len(cache.kept()) == 2  # 4 + 2 + 2 chunks; a third branch would pass 9
+    ids = branch()
+    fresh, h0, k0 = _prefill(model, ids)
+    reused, h1, k1 = _prefill(model, ids, cache)
+    assert reused.reused == 4 * CHUNK  # the head, though six prompts went through
+    assert _same(fresh, reused, len(ids))
+    assert torch.equal(h0, h1) and torch.equal(k0, k1)
+    again, _, _ = _prefill(model, ids, cache)  # itself, kept as the newest branch
+    assert again.reused == len(ids)
+
+
+def test_a_prompt_that_ends_inside_a_kept_one_cuts_it(model):
+    """A prompt that shares part of a kept one cuts that node at a chunk boundary; both
+    prompts, and a third sharing the cut, find their rows bit for bit."""
+    rng = random.Random(3)
+    a = [rng.randrange(VOCAB) for _ in range(5 * CHUNK)]
+    b = a[: 2 * CHUNK + 3] + [rng.randrange(VOCAB) for _ in range(2 * CHUNK)]
+    cache = PrefixCache()
+    _prefill(model, a, cache)
+    assert _prefill(model, b, cache)[0].reused == 2 * CHUNK
+    assert cache.positions == 5 * CHUNK + (len(b) // CHUNK - 2) * CHUNK
+    for ids in (a, b, a[: 3 * CHUNK] + [1, 2]):
+        fresh, _, _ = _prefill(model, ids)
+        reused, _, _ = _prefill(model, ids, cache)
+        assert reused.reused == max(_whole(a, ids), _whole(b, ids))
+        assert _same(fresh, reused, len(ids))
+
+
 def test_generation_through_the_cache_is_unchanged(model):
     cache = PrefixCache()
     cfg = GenerationConfig(max_new_tokens=24)
@@ -135,8 +177,10 @@ def test_decoded_rows_serve_the_next_prompt_on_the_exact_kernels(arch, dtype, qu
     prompt = random_prompt(0)
     first = generate(model, prompt, cfg, "adapld", prefix=cache)
     assert first.stats.accepted_draft_tokens > 0  # drafts were accepted, so tree rows were kept
-    entry = cache._entries[0]
-    assert entry.ids == prompt + first.tokens[:-1]  # the last token was never fed
+    key, ids = cache.kept()[0]
+    assert ids == prompt + first.tokens[:-1]  # the last token was never fed
+    taken, entry = cache.lookup(key, ids, 1)
+    assert taken == len(ids) and entry.ids == ids
     fresh = ModelRunner(model, hidden_layer=None, want_hidden=True)
     hidden, _ = fresh.prefill(entry.ids, 0)
     n = len(entry.ids)

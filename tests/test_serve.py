@@ -393,3 +393,25 @@ def test_client_gone_before_the_stream_starts_frees_its_slot(looping):
     _wait_idle(looping)
     r = looping.chat(messages=messages(), temperature=0, max_tokens=5)
     assert r.status_code == 200 and r.json()["choices"][0]["finish_reason"] == "length"
+
+
+def test_verbose_logs_each_answers_timings(tiny_models, home):
+    """With -v each answer's token counts and times go to stderr in one line, the second
+    request's prompt taken over from the first (the prefix cache)."""
+    server = Server(tiny_models["rename"], home, "-v")
+    try:
+        usages = [
+            server.chat(messages=messages(), temperature=0, stop="\n```").json()["usage"]
+            for _ in range(2)
+        ]
+        server.proc.send_signal(signal.SIGTERM)
+        log = server.proc.stderr.read()  # to the end: the server exits
+    finally:
+        assert server.stop() == 0
+    lines = [line for line in log.splitlines() if line.startswith("adapld serve: prompt")]
+    assert len(lines) == 2, log
+    for line, usage in zip(lines, usages, strict=True):
+        cached = usage["prompt_tokens_details"]["cached_tokens"]
+        assert f"prompt {usage['prompt_tokens']} tokens ({cached} cached)" in line
+        assert f"answer {usage['completion_tokens']} tokens" in line
+    assert usages[1]["prompt_tokens_details"]["cached_tokens"] > 0

@@ -105,7 +105,12 @@ def serve(
         ),
     ] = False,
     verbose: Annotated[
-        bool, _opt("--verbose", "-v", help="Log every request (uvicorn's access log).")
+        bool,
+        _opt(
+            "--verbose",
+            "-v",
+            help="Log every request (uvicorn's access log) and each answer's timings.",
+        ),
     ] = False,
 ) -> None:
     """Serve the model (help text: ``HELP`` above)."""
@@ -113,6 +118,8 @@ def serve(
         _fail(f"--host {host} is not a loopback address: set --api-key or ${ENV_API_KEY}")
     sock = _bind(host, port)
     generator = _load(model, device, dtype, weights, threads, method.value, max_tokens)
+    if verbose:
+        generator.log = lambda line: typer.echo(line, err=True)
     from adapld_cli.serve.app import ServeLimits, create_app
 
     limits = ServeLimits(api_key=api_key or None, max_body=max_body, queue=queue)

@@ -335,6 +335,7 @@ class ModelRunner:
         bit for bit); :attr:`reused` says how many positions were taken over.
         """
         chunk = chunk or self.prefill_chunk()
+        unit = 1 if self.exact_rows() else chunk  # positions taken over come in whole units
         hiddens, topks = [], []
         key = (
             id(self.model),
@@ -344,8 +345,8 @@ class ModelRunner:
             top_k,
             self._keep_final,
             chunk,
+            unit,
         )
-        unit = 1 if self.exact_rows() else chunk
         self._prefix_key = key
         taken, entry = prefix.lookup(key, ids, unit) if prefix is not None else (0, None)
         self.reused = taken

@@ -5,7 +5,8 @@ into a :class:`Job` (the prompt rendered exactly as ``adapld edit`` renders its 
 :func:`adapld_cli.edit.prompt.chat_text`, so greedy output equals local ``ar``'s on the same
 messages) and runs jobs on its worker thread in arrival order. A job reports through its
 ``post`` callback (called from the worker thread): ``("delta", text, progress)`` pieces of
-the answer, then ``("done", finish_reason, usage)`` or ``("error", message)``. Setting
+the answer, then ``("done", finish_reason, usage)`` or ``("error", message)``. With a ``log``
+callback, each finished answer also gives it one line of timings (:func:`timing_line`). Setting
 ``job.cancel`` stops the job after the current decode step, with nothing more posted.
 The stop strings are never part of the answer, and a piece never ends inside a multi-byte
 character or in what may still become a stop string.
@@ -82,6 +83,7 @@ class Generator:
         method: str = "adapld",
         max_tokens: int = 8192,
         model_id: str | None = None,
+        log: Callable[[str], None] | None = None,
     ) -> None:
         from adapld_cli.edit.local import context_limit, stop_token_ids
 
@@ -89,6 +91,7 @@ class Generator:
         self.method = method
         self.max_tokens = max_tokens
         self.model_id = model_id or loaded.name
+        self.log = log
         self.limit = context_limit(loaded)
         self.stop_ids = stop_token_ids(loaded)
         self._jobs: queue.Queue[Job | None] = queue.Queue()
@@ -217,7 +220,10 @@ class Generator:
         if job.cancel.is_set():
             return
         finish = "length" if reason == "max_new_tokens" else "stop"
-        job.post(("done", finish, self.usage(job, tokens, stats)))
+        usage = self.usage(job, tokens, stats)
+        job.post(("done", finish, usage))
+        if self.log is not None:
+            self.log(timing_line(usage))
 
     def usage(self, job: Job, tokens: list[int], stats: Any) -> dict[str, Any]:
         accepted, rejected = prediction_counts(job.reference, tokens)
@@ -238,6 +244,17 @@ class Generator:
                 "decode_s": round(stats.decode_s, 4),
             },
         }
+
+
+def timing_line(usage: dict[str, Any]) -> str:
+    """One line on where an answer's time went (as llama-server logs its timings)."""
+    a = usage["adapld"]
+    cached = usage["prompt_tokens_details"]["cached_tokens"]
+    return (
+        f"adapld serve: prompt {usage['prompt_tokens']} tokens ({cached} cached) in "
+        f"{a['prefill_s']:.2f} s; answer {usage['completion_tokens']} tokens in "
+        f"{a['decode_s']:.2f} s, {a['passes']} passes, {a['mean_accepted']:.1f} tokens a pass"
+    )
 
 
 def _progress(stats: Any) -> dict[str, Any]:

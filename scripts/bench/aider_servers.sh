@@ -7,6 +7,7 @@
 #       bash scripts/bench/aider_servers.sh [first|after-another] [RUNS]
 #
 # (a llama-server built as a shared-library build needs its folder in LD_LIBRARY_PATH)
+# Each server's log, with its timings per request, is left beside the work folder (printed).
 # first: the rename is the server's first aider request; after-another: an aider edit of the
 # same file ("Add a docstring to the low_stock method") runs first, untimed.
 set -u
@@ -22,7 +23,7 @@ export OPENAI_API_KEY=unused
 
 start() {  # $1 = adapld | llama; sets PORT and SRV
   if [ "$1" = adapld ]; then
-    PORT=8123; (cd "$ROOT" && exec "$PY" -m adapld_cli serve --port $PORT --threads 2 --check-edits) >"$WORK.$1.log" 2>&1 &
+    PORT=8123; (cd "$ROOT" && exec "$PY" -m adapld_cli serve --port $PORT --threads 2 --check-edits -v) >"$WORK.$1.log" 2>&1 &
   else
     PORT=8080; exec "$LLAMA_SERVER" -m "$GGUF" -t 2 -c 8192 --port $PORT --alias coder-1.5b --spec-type ngram-mod >"$WORK.$1.log" 2>&1 &
   fi
@@ -44,6 +45,6 @@ for i in $(seq "$RUNS"); do
     start $s
     [ "$MODE" = after-another ] && aider_run "Add a docstring to the low_stock method" >/dev/null
     echo "$s run $i: $(aider_run "$RENAME") s"
-    kill $SRV; wait $SRV 2>/dev/null; sleep 2
+    kill $SRV; wait $SRV 2>/dev/null; sleep 2; echo "  ($s log: $WORK.$s.log)"
   done
 done

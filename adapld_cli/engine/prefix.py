@@ -237,12 +237,14 @@ def _match(root: _Node, ids: list[int]) -> tuple[list[_Node], int]:
 
 
 def _rows(path: list[_Node], n: int) -> Rows:
-    """The first ``n`` positions' rows along ``path`` (concatenated)."""
+    """The first ``n`` positions' rows along ``path`` (each node's start is below ``n``)."""
+    sizes = [min(len(node.ids), n - node.start) for node in path]
 
     def cat(parts: list[torch.Tensor | None], dim: int) -> torch.Tensor | None:
         if any(p is None for p in parts):
             return None
-        return torch.cat(parts, dim=dim).narrow(dim, 0, n)  # type: ignore[arg-type]
+        pieces = [p.narrow(dim, 0, k) for p, k in zip(parts, sizes, strict=True)]  # type: ignore[union-attr]
+        return torch.cat(pieces, dim=dim)
 
     layers = range(len(path[0].keys))
     return Rows(

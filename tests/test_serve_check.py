@@ -7,7 +7,7 @@ whole-file rename is not, a conversation without code or an answer that is prose
 snippet is not checked; the six built-in edit cases' reference edits are never flagged. Then
 the real server process on tiny scripted models (``tests/test_serve.py``'s scaffolding): the
 ``X-Adapld-Check`` header and the ``adapld.check`` field, streamed and not, and the strict
-mode's 422 error.
+mode's 400 error.
 """
 
 from __future__ import annotations
@@ -221,7 +221,7 @@ def test_the_server_reports_ok_and_not_checked(servers):
 def test_strict_withholds_a_flagged_answer(servers):
     server = servers("diff", "--strict-edits")
     refused = post(server, aider(SOURCE, "rename foo to bar"))
-    assert refused.status_code == 422
+    assert refused.status_code == 400
     body = refused.json()
     assert body["error"]["code"] == "edit_flagged" and body["error"]["type"]
     assert "does not parse" in body["error"]["message"] and "choices" not in body
@@ -243,8 +243,8 @@ def test_off_by_default(servers):
 
 
 def test_the_openai_sdk_keeps_the_check_and_raises_on_strict(servers):
-    """The extra key survives the official SDK's models; strict's 422 is its
-    ``UnprocessableEntityError``."""
+    """The extra key survives the official SDK's models; strict's 400 is its
+    ``BadRequestError`` (a 422 would be retried by aider)."""
     openai = pytest.importorskip("openai")  # in the test extra: missing only outside it
     msgs = [*aider(SOURCE, "rename foo to bar"), {"role": "assistant", "content": PREFILL}]
     report = servers("diff", "--check-edits")
@@ -253,6 +253,6 @@ def test_the_openai_sdk_keeps_the_check_and_raises_on_strict(servers):
     assert answer.model_extra["adapld"]["check"]["status"] == "flagged"
     strict = servers("diff", "--strict-edits")
     sdk = openai.OpenAI(base_url=strict.url, api_key="unused", max_retries=0)
-    with sdk, pytest.raises(openai.UnprocessableEntityError) as raised:
+    with sdk, pytest.raises(openai.BadRequestError) as raised:
         sdk.chat.completions.create(model=strict.model, messages=msgs, temperature=0)
     assert raised.value.code == "edit_flagged"

@@ -100,7 +100,7 @@ def serve(
         bool,
         _opt(
             "--strict-edits",
-            help="Like --check-edits, but a flagged answer is withheld: a 422 error with code "
+            help="Like --check-edits, but a flagged answer is withheld: a 400 error with code "
             "edit_flagged (streamed: an error event in place of the finish chunk).",
         ),
     ] = False,

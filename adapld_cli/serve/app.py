@@ -16,7 +16,7 @@ Routes: ``POST /v1/chat/completions`` (JSON, or server-sent events with ``stream
   :func:`adapld_cli.edit.check_answer.check_answer`; its verdict is the top-level
   ``adapld.check`` object and the ``X-Adapld-Check`` header of a non-streamed answer, and the
   ``adapld.check`` of the streamed finish chunk (and usage chunk). ``"strict"`` answers a
-  flagged one with a 422 ``edit_flagged`` error instead (streamed: an error event in place
+  flagged one with a 400 ``edit_flagged`` error instead (streamed: an error event in place
   of the finish chunk). The check never fails a request: an error in it reads as not checked.
 """
 

@@ -60,35 +60,40 @@ class _Node:
     def split(self, k: int) -> None:
         """Cut this node after its first ``k`` positions: the rest becomes its only child
         (copies, so evicting either part frees its memory)."""
-
-        def part(t: torch.Tensor | None, dim: int, head: bool) -> torch.Tensor | None:
-            if t is None:
-                return None
-            return (t.narrow(dim, 0, k) if head else t.narrow(dim, k, t.shape[dim] - k)).clone()
-
+        rows = (self.keys, self.values, self.hidden, self.final, self.topk)
         tail = _Node(
-            ids=self.ids[k:],
-            start=self.start + k,
-            keys=[part(t, 2, False) for t in self.keys],  # type: ignore[misc]
-            values=[part(t, 2, False) for t in self.values],  # type: ignore[misc]
-            hidden=part(self.hidden, 0, False),
-            final=part(self.final, 0, False),
-            topk=part(self.topk, 0, False),
-            parent=self,
-            children=self.children,
-            used=self.used,
-        )
+            self.ids[k:], self.start + k, *_span(*rows, k, len(self.ids)),
+            parent=self, children=self.children, used=self.used,
+        )  # fmt: skip
         for child in tail.children:
             child.parent = tail
         self.ids = self.ids[:k]
-        self.keys = [part(t, 2, True) for t in self.keys]  # type: ignore[misc]
-        self.values = [part(t, 2, True) for t in self.values]  # type: ignore[misc]
-        self.hidden, self.final, self.topk = (
-            part(self.hidden, 0, True),
-            part(self.final, 0, True),
-            part(self.topk, 0, True),
-        )
+        self.keys, self.values, self.hidden, self.final, self.topk = _span(*rows, 0, k)
         self.children = [tail]
+
+
+def _span(
+    keys: list[torch.Tensor],
+    values: list[torch.Tensor],
+    hidden: torch.Tensor | None,
+    final: torch.Tensor | None,
+    topk: torch.Tensor | None,
+    a: int,
+    b: int,
+) -> tuple[Any, ...]:
+    """Copies of positions ``a .. b`` of rows laid out as a node's (KV on dim 2, the rest
+    on dim 0): ``(keys, values, hidden, final, topk)``."""
+
+    def rows(t: torch.Tensor | None) -> torch.Tensor | None:
+        return None if t is None else t[a:b].clone()
+
+    return (
+        [k[:, :, a:b].clone() for k in keys],
+        [v[:, :, a:b].clone() for v in values],
+        rows(hidden),
+        rows(final),
+        rows(topk),
+    )
 
 
 @dataclass(frozen=True)
@@ -168,20 +173,10 @@ class PrefixCache:
         if node.start + len(node.ids) > shared:  # ends past the shared positions: cut there
             node.split(shared - node.start)
         if shared < n:
-
-            def rows(t: torch.Tensor | None) -> torch.Tensor | None:
-                return None if t is None else t[shared:n].clone()
-
-            node = _Node(
-                ids=list(ids[shared:n]),
-                start=shared,
-                keys=[layer.keys[:, :, shared:n].clone() for layer in layers],
-                values=[layer.values[:, :, shared:n].clone() for layer in layers],
-                hidden=rows(hidden),
-                final=rows(final),
-                topk=rows(topk),
-                parent=node,
-            )
+            keys = [layer.keys for layer in layers]
+            values = [layer.values for layer in layers]
+            rows = _span(keys, values, hidden, final, topk, shared, n)
+            node = _Node(list(ids[shared:n]), shared, *rows, parent=node)
             node.parent.children.append(node)  # type: ignore[union-attr]
             path = [*path, node]
         self._touch(path)
@@ -244,7 +239,7 @@ def _rows(path: list[_Node], n: int) -> Rows:
         if any(p is None for p in parts):
             return None
         pieces = [p.narrow(dim, 0, k) for p, k in zip(parts, sizes, strict=True)]  # type: ignore[union-attr]
-        return torch.cat(pieces, dim=dim)
+        return pieces[0] if len(pieces) == 1 else torch.cat(pieces, dim=dim)  # one: a view
 
     layers = range(len(path[0].keys))
     return Rows(

@@ -260,7 +260,7 @@ def chunk(
 
 
 CHECK_HEADER = "X-Adapld-Check"
-FLAGGED_STATUS = 400  # not 422: aider (litellm) retries a 422, and greedy answers repeat
+FLAGGED_STATUS = 400  # not 422: aider retries a 422 (docs/serve.md), and greedy answers repeat
 FLAGGED_CODE = "edit_flagged"
 _HEADER_CHARS = 300  # a header's reason is cut to this many characters
 
@@ -281,8 +281,8 @@ def check_header(check: dict[str, Any]) -> str:
 def flagged_error(check: dict[str, Any]) -> ApiError:
     """The error a flagged answer becomes with ``--strict-edits``: 400, type
     ``invalid_response_error``, code ``edit_flagged``; the message says why. A client error
-    that clients do not retry: the same request would get the same greedy answer (aider
-    retries a 422 for a minute, regenerating it each time)."""
+    that clients do not retry: the same request would get the same greedy answer, generated
+    again for nothing (aider retries a 422; docs/serve.md)."""
     return ApiError(
         FLAGGED_STATUS,
         f"the answer was flagged and withheld (adapld serve --strict-edits): {check['reason']}",

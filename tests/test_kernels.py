@@ -394,6 +394,34 @@ def test_native_attention_register_form_is_the_generic_one(dtype, d, heads):
         assert torch.equal(one[0], fast[i]), i
 
 
+@pytest.mark.parametrize(("d", "heads", "keys"), [(128, 12, 301), (64, 14, 64), (96, 4, 17)])
+def test_native_bfloat16_attention_is_attention(d, heads, keys):
+    """Over a bfloat16 cache the kernel rounds the queries and the probabilities to bfloat16
+    and sums pair products: its result must still be softmax(q k^T) v of the same values,
+    within bfloat16's rounding, in both forms (a wrongly paired key or position would be off
+    by the size of the values), for an even and an odd number of keys per query."""
+    from adapld_cli.model import quant
+
+    if quant.unavailable():
+        pytest.skip(quant.unavailable())
+    ext = quant.extension()
+    gen = torch.Generator().manual_seed(keys)
+    n, kv = 5, 2
+    q = torch.randn(n, heads, d, generator=gen) * 0.3
+    k = torch.randn(kv, keys, d, generator=gen).bfloat16()
+    v = torch.randn(kv, keys, d, generator=gen).bfloat16()
+    prefix = torch.tensor([keys - 4, keys - 3, keys - 2, keys - 1, keys])  # odd and even counts
+    ptr, extra = torch.zeros(n + 1, dtype=torch.int64), torch.zeros(0, dtype=torch.int64)
+    g = heads // kv
+    for generic in (False, True):
+        out = ext.attention(q, k, v, prefix, ptr, extra, generic=generic)
+        for i in range(n):
+            kk = k[:, : prefix[i]].float().repeat_interleave(g, 0)  # [H, L, d]
+            vv = v[:, : prefix[i]].float().repeat_interleave(g, 0)
+            want = torch.einsum("hl,hld->hd", torch.einsum("hd,hld->hl", q[i], kk).softmax(-1), vv)
+            assert (out[i] - want).abs().max() < 0.03, (generic, i)
+
+
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_native_attention_reads_a_preallocated_cache_in_place(dtype):
     """Keys and values given as a view of a larger preallocated buffer (the growing cache:

@@ -204,8 +204,14 @@ def test_kquant_gguf_loads_on_the_kernels_and_stays_exact(kquant_gguf, monkeypat
     ids = torch.tensor([list(range(3, 40))])
     with torch.no_grad():
         a, b = model(ids).logits.float(), plain.model(ids).logits.float()
-    assert (a - b).abs().max() <= 0.05 * b.abs().max()
-    assert torch.equal(a.argmax(-1), b.argmax(-1))
+    gap = (a - b).abs().max()
+    assert gap <= 0.05 * b.abs().max()
+    # The same greedy token wherever the plain model's choice is clearer than the gap (the
+    # attention's bfloat16 rounding can turn a near-tie of a random model either way).
+    top2 = b.topk(2, dim=-1).values
+    clear = (top2[..., 0] - top2[..., 1]) > 2 * gap
+    assert clear.sum() >= 8  # not a vacuous check
+    assert torch.equal(a.argmax(-1)[clear], b.argmax(-1)[clear])
     assert_tree_rows_are_steps(model, 65)  # a widest draft tree
 
 

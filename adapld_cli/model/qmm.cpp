@@ -39,6 +39,7 @@
 #include <cmath>
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #ifndef __AVX512F__
@@ -242,9 +243,10 @@ torch::Tensor mm_q6(torch::Tensor x, torch::Tensor qp, torch::Tensor sc, torch::
 // ----------------------------------------------------------------------------- attention
 // Exact attention for decoding passes: query i attends keys 0..P[i]-1 of the cache, then the
 // keys extra[ptr[i]..ptr[i+1]) (its tree ancestors and itself), in that order. Per query and
-// head: scores as 16-lane dot products reduced in a fixed tree, softmax with a fixed
-// polynomial exp over 16-key chunks, the weighted sum of values accumulated key by key. Every
-// operation depends only on the query, its key sequence and d: a node of a draft tree gets
+// head (float32 arithmetic here; a bfloat16 cache with d a multiple of 32 takes attend_bf()
+// below, under the same contract): scores as 16-lane dot products reduced in a fixed tree,
+// softmax with a fixed polynomial exp over 16-key chunks, the weighted sum of values
+// accumulated key by key. Every operation depends only on the query, its key sequence and d: a node of a draft tree gets
 // the very result of a single decoding step over the same keys, whatever else is in the pass.
 
 namespace {
@@ -481,11 +483,247 @@ void attend_fixed(const float* Q, const T* K, const T* V, const int64_t* P, cons
   });
 }
 
-// attend() for any head size: the register form where it is compiled (d = 64, 128).
+// ---------------------------------------------------------------- bfloat16 arithmetic
+// attend() for a bfloat16 cache with d a multiple of 32, at twice the products per
+// instruction: the queries are rounded to bfloat16 (round to nearest even) and each score is
+// d / 32 pair dot products (vdpbf16ps: bf16 x bf16 products are exact in float32, each
+// lane adds its odd element's product, then its even one's) reduced as attend() reduces
+// them; the softmax is attend()'s, in float32; the probabilities are rounded to bfloat16 and
+// the values summed two keys at a time, keys j and j + 1 for even j (a missing last key
+// counts as a zero row), each output lane in that fixed sequence. As in attend(), every
+// operation depends only on the query, its key sequence and d. Both phases are bound by the
+// multiply-add units at long caches (docs/performance.md, "bfloat16 attention").
+
+using u16 = uint16_t;
+
+// 16 floats -> 16 bfloat16 at p (round to nearest even)
+inline void store_bf16(u16* p, __m512 x) {
+  _mm256_storeu_si256((__m256i*)p, (__m256i)_mm512_cvtneps_pbh(x));
+}
+
+// Lane l of the result: a[l] in its low half, b[l] in its high half (two keys' values at one
+// position, the pair a probability pair multiplies; the generic loop's form).
+inline __m512i pair16(const u16* a, const u16* b) {
+  return _mm512_or_si512(
+      _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i*)a)),
+      _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i*)b)), 16));
+}
+
+inline __m512i broadcast_pair(const u16* p) {
+  int32_t v;
+  std::memcpy(&v, p, sizeof v);
+  return _mm512_set1_epi32(v);
+}
+
+// What every form needs per (query, kv head): the G queries in bfloat16 ([G][d]) and, after
+// the softmax, the probabilities in bfloat16 ([G][LP], zeros past L).
+struct BfRows {
+  std::vector<u16> q, p, zero;
+  std::vector<float> score;
+  int64_t LP = 0;
+  void queries(const float* Qi, int64_t G, int64_t d) {
+    q.resize(G * d);
+    for (int64_t k = 0; k < G * d; k += 16) store_bf16(q.data() + k, _mm512_loadu_ps(Qi + k));
+  }
+  void probabilities(int64_t G, int64_t L) {
+    LP = (L + 16) / 16 * 16;  // room for the zero after an odd L
+    p.assign(G * LP, 0);
+    for (int64_t g = 0; g < G; ++g)
+      for (int64_t j = 0; j < L; j += 16)
+        store_bf16(p.data() + g * LP + j, _mm512_maskz_loadu_ps(tail_mask(L - j), score.data() + g * L + j));
+  }
+};
+
+// Generic loop (any d multiple of 32): the reference the register form must equal bit for bit.
+void attend_bf(const float* Q, const at::BFloat16* K, const at::BFloat16* V, const int64_t* P,
+               const int64_t* ptr, const int64_t* extra, float* O, int64_t n, int64_t H,
+               int64_t KV, int64_t KS, int64_t d) {
+  const int64_t G = H / KV, C2 = d / 32;
+  at::parallel_for(0, n * KV, 1, [&](int64_t w0, int64_t w1) {
+    BfRows r;
+    r.zero.assign(d, 0);
+    for (int64_t w = w0; w < w1; ++w) {
+      const int64_t i = w / KV, kv = w % KV, e0 = ptr[i], L = P[i] + ptr[i + 1] - e0;
+      const u16* Kh = (const u16*)K + kv * KS;
+      const u16* Vh = (const u16*)V + kv * KS;
+      auto key = [&](int64_t j) { return j < P[i] ? j : extra[e0 + j - P[i]]; };
+      r.queries(Q + (i * H + kv * G) * d, G, d);
+      r.score.assign(G * L, 0.f);
+      for (int64_t j = 0; j < L; ++j)
+        for (int64_t g = 0; g < G; ++g) {
+          __m512 a = _mm512_setzero_ps();
+          for (int64_t c = 0; c < C2; ++c)
+            a = _mm512_dpbf16_ps(a, (__m512bh)_mm512_loadu_si512(r.q.data() + g * d + c * 32),
+                                 (__m512bh)_mm512_loadu_si512(Kh + key(j) * d + c * 32));
+          r.score[g * L + j] = _mm512_reduce_add_ps(a);
+        }
+      for (int64_t g = 0; g < G; ++g) softmax_row(r.score.data() + g * L, L);
+      r.probabilities(G, L);
+      float* Oi = O + (i * H + kv * G) * d;
+      for (int64_t g = 0; g < G; ++g)
+        for (int64_t c = 0; c < d / 16; ++c) {
+          __m512 a = _mm512_setzero_ps();
+          for (int64_t j = 0; j < L; j += 2) {
+            const u16* v1 = j + 1 < L ? Vh + key(j + 1) * d : r.zero.data();
+            a = _mm512_dpbf16_ps(a, (__m512bh)broadcast_pair(r.p.data() + g * r.LP + j),
+                                 (__m512bh)pair16(Vh + key(j) * d + c * 16, v1 + c * 16));
+          }
+          _mm512_storeu_ps(Oi + g * d + c * 16, a);
+        }
+    }
+  });
+}
+
+// Weighted sum of values for heads g0 .. g0 + GB - 1 and 32-position blocks b0 .. b0 + BB - 1
+// of one query, two keys at a time. The pairs come from vpunpck{l,h}wd of the two keys' rows,
+// which interleave within 128-bit lanes: accumulator 2b + h, lane 4t + u holds position
+// 32 b + 8 t + 4 h + u (put in order when stored); per position the operations are
+// attend_bf()'s.
+template <int GB, int BB>
+inline void weigh_bf(const BfRows& r, int64_t g0, int64_t L, const u16* Vh, const int64_t* P,
+                     const int64_t* extra, int64_t i, int64_t e0, int64_t d, int b0, float* Oi) {
+  __m512 a[GB][2 * BB];
+  for (int g = 0; g < GB; ++g)
+    for (int c = 0; c < 2 * BB; ++c) a[g][c] = _mm512_setzero_ps();
+  auto row = [&](int64_t j) { return Vh + (j < P[i] ? j : extra[e0 + j - P[i]]) * d + b0 * 32; };
+  for (int64_t j = 0; j < L; j += 2) {
+    const u16* v0 = row(j);
+    const u16* v1 = j + 1 < L ? row(j + 1) : r.zero.data();
+    if (j + AHEAD + 1 < P[i]) {
+      prefetch_row(Vh + (j + AHEAD) * d + b0 * 32, BB * 32);
+      prefetch_row(Vh + (j + AHEAD + 1) * d + b0 * 32, BB * 32);
+    }
+    __m512i vc[2 * BB];
+#pragma GCC unroll 8
+    for (int b = 0; b < BB; ++b) {
+      const __m512i x = _mm512_loadu_si512(v0 + b * 32), y = _mm512_loadu_si512(v1 + b * 32);
+      vc[2 * b] = _mm512_unpacklo_epi16(x, y);
+      vc[2 * b + 1] = _mm512_unpackhi_epi16(x, y);
+    }
+#pragma GCC unroll 8
+    for (int g = 0; g < GB; ++g) {
+      const __m512i p = broadcast_pair(r.p.data() + (g0 + g) * r.LP + j);
+#pragma GCC unroll 8
+      for (int c = 0; c < 2 * BB; ++c) a[g][c] = _mm512_dpbf16_ps(a[g][c], (__m512bh)p, (__m512bh)vc[c]);
+    }
+  }
+  alignas(64) float lanes[GB][BB][2][16];
+#pragma GCC unroll 8
+  for (int g = 0; g < GB; ++g)
+#pragma GCC unroll 8
+    for (int c = 0; c < 2 * BB; ++c) _mm512_storeu_ps(lanes[g][c / 2][c % 2], a[g][c]);
+  for (int g = 0; g < GB; ++g)
+    for (int b = 0; b < BB; ++b) {
+      float* o = Oi + (g0 + g) * d + (b0 + b) * 32;
+      for (int h = 0; h < 2; ++h)
+        for (int l = 0; l < 16; ++l) o[8 * (l / 4) + 4 * h + l % 4] = lanes[g][b][h][l];
+    }
+}
+
+// Score partials of B <= 16 keys (rows) for GB heads (queries q, [GB][d] bfloat16), into
+// part[g * 16 + jj]: the queries held in registers for the block (GB C2 <= 24 of them), each
+// key chunk loaded once for the GB heads; per head attend_bf()'s chain.
+template <int GB, int C2>
+inline void block_scores(const u16* q, const u16* const* rows, int64_t B, int64_t d, __m512* part) {
+  __m512i qr[GB][C2];
+#pragma GCC unroll 8
+  for (int g = 0; g < GB; ++g)
+#pragma GCC unroll 8
+    for (int c = 0; c < C2; ++c) qr[g][c] = _mm512_loadu_si512(q + g * d + c * 32);
+  for (int64_t jj = 0; jj < B; ++jj) {
+    __m512 a[GB];
+#pragma GCC unroll 8
+    for (int g = 0; g < GB; ++g) a[g] = _mm512_setzero_ps();
+#pragma GCC unroll 8
+    for (int c = 0; c < C2; ++c) {
+      const __m512i kc = _mm512_loadu_si512(rows[jj] + c * 32);
+#pragma GCC unroll 8
+      for (int g = 0; g < GB; ++g) a[g] = _mm512_dpbf16_ps(a[g], (__m512bh)qr[g][c], (__m512bh)kc);
+    }
+#pragma GCC unroll 8
+    for (int g = 0; g < GB; ++g) part[g * 16 + jj] = a[g];
+  }
+}
+
+// attend_bf() with d = 16 C known at compile time: each key row is loaded once for all heads
+// of its kv head and its scores reduced 16 keys at a time (reduce16); each value pair is built
+// once for up to six heads. The very operations of attend_bf() in the same order.
+template <int C>
+void attend_bf_fixed(const float* Q, const at::BFloat16* K, const at::BFloat16* V,
+                     const int64_t* P, const int64_t* ptr, const int64_t* extra, float* O,
+                     int64_t n, int64_t H, int64_t KV, int64_t KS, int64_t d) {
+  constexpr int C2 = C / 2;
+  const int64_t G = H / KV;
+  at::parallel_for(0, n * KV, 1, [&](int64_t w0, int64_t w1) {
+    BfRows r;
+    r.zero.assign(d, 0);
+    std::vector<__m512> part(G * 16);  // [G][16 keys] score partials
+    for (int64_t w = w0; w < w1; ++w) {
+      const int64_t i = w / KV, kv = w % KV, e0 = ptr[i], L = P[i] + ptr[i + 1] - e0;
+      const u16* Kh = (const u16*)K + kv * KS;
+      const u16* Vh = (const u16*)V + kv * KS;
+      auto key = [&](int64_t j) { return j < P[i] ? j : extra[e0 + j - P[i]]; };
+      r.queries(Q + (i * H + kv * G) * d, G, d);
+      r.score.assign(G * L, 0.f);
+      for (int64_t j0 = 0; j0 < L; j0 += 16) {
+        const int64_t B = std::min<int64_t>(16, L - j0);
+        const u16* rows[16];
+        for (int64_t jj = 0; jj < 16; ++jj) {
+          if (jj >= B) {  // past the last key: zeros, never stored
+            for (int64_t g = 0; g < G; ++g) part[g * 16 + jj] = _mm512_setzero_ps();
+            continue;
+          }
+          rows[jj] = Kh + key(j0 + jj) * d;
+          if (j0 + jj + AHEAD < P[i]) prefetch_row(Kh + (j0 + jj + AHEAD) * d, d);
+        }
+        for (int64_t g0 = 0; g0 < G; g0 += 6) {
+          const u16* qg = r.q.data() + g0 * d;
+          __m512* out = part.data() + g0 * 16;
+          switch (std::min<int64_t>(6, G - g0)) {
+            case 6: block_scores<6, C2>(qg, rows, B, d, out); break;
+            case 5: block_scores<5, C2>(qg, rows, B, d, out); break;
+            case 4: block_scores<4, C2>(qg, rows, B, d, out); break;
+            case 3: block_scores<3, C2>(qg, rows, B, d, out); break;
+            case 2: block_scores<2, C2>(qg, rows, B, d, out); break;
+            default: block_scores<1, C2>(qg, rows, B, d, out); break;
+          }
+        }
+        for (int64_t g = 0; g < G; ++g)
+          _mm512_mask_storeu_ps(r.score.data() + g * L + j0, tail_mask(B),
+                                reduce16(part.data() + g * 16));
+      }
+      for (int64_t g = 0; g < G; ++g) softmax_row(r.score.data() + g * L, L);
+      r.probabilities(G, L);
+      float* Oi = O + (i * H + kv * G) * d;
+      constexpr int BB = C2 < 2 ? C2 : 2;  // 32-position blocks a sweep: 4 accumulators a head
+      for (int b0 = 0; b0 < C2; b0 += BB)
+        for (int64_t g0 = 0; g0 < G;) {  // up to 6 heads at a time (24 accumulators)
+          const int64_t gb = std::min<int64_t>(6, G - g0);
+          switch (gb) {
+            case 6: weigh_bf<6, BB>(r, g0, L, Vh, P, extra, i, e0, d, b0, Oi); break;
+            case 5: weigh_bf<5, BB>(r, g0, L, Vh, P, extra, i, e0, d, b0, Oi); break;
+            case 4: weigh_bf<4, BB>(r, g0, L, Vh, P, extra, i, e0, d, b0, Oi); break;
+            case 3: weigh_bf<3, BB>(r, g0, L, Vh, P, extra, i, e0, d, b0, Oi); break;
+            case 2: weigh_bf<2, BB>(r, g0, L, Vh, P, extra, i, e0, d, b0, Oi); break;
+            default: weigh_bf<1, BB>(r, g0, L, Vh, P, extra, i, e0, d, b0, Oi); break;
+          }
+          g0 += gb;
+        }
+    }
+  });
+}
+
+// attend() for any head size: the register form where it is compiled (d = 64, 128); for a
+// bfloat16 cache with d a multiple of 32, attend_bf()'s arithmetic.
 template <typename T>
 void attend_any(const float* Q, const T* K, const T* V, const int64_t* P, const int64_t* ptr,
                 const int64_t* extra, float* O, int64_t n, int64_t H, int64_t KV, int64_t KS,
                 int64_t d) {
+  if constexpr (std::is_same_v<T, at::BFloat16>) {
+    if (d == 128) return attend_bf_fixed<8>(Q, K, V, P, ptr, extra, O, n, H, KV, KS, d);
+    if (d == 64) return attend_bf_fixed<4>(Q, K, V, P, ptr, extra, O, n, H, KV, KS, d);
+    if (d % 32 == 0) return attend_bf(Q, K, V, P, ptr, extra, O, n, H, KV, KS, d);
+  }
   if (d == 128)
     attend_fixed<T, 8, true>(Q, K, V, P, ptr, extra, O, n, H, KV, KS, d);
   else if (d == 64)
@@ -514,7 +752,7 @@ torch::Tensor attention(torch::Tensor q, torch::Tensor k, torch::Tensor v, torch
   const int64_t* R = ptr.data_ptr<int64_t>();
   const int64_t* E = extra.data_ptr<int64_t>();
   if (k.scalar_type() == torch::kBFloat16) {
-    auto run = generic ? attend<at::BFloat16> : attend_any<at::BFloat16>;
+    auto run = !generic ? attend_any<at::BFloat16> : d % 32 == 0 ? attend_bf : attend<at::BFloat16>;
     run(q.data_ptr<float>(), k.data_ptr<at::BFloat16>(), v.data_ptr<at::BFloat16>(), P, R, E,
         out.data_ptr<float>(), n, H, KV, KS, d);
   } else {

@@ -168,6 +168,12 @@ QMM_I2(madd_epi16, _mm256_madd_epi16)
 QMM_I2(shuffle_epi8, _mm256_shuffle_epi8)  // within 128-bit lanes, as in 512 bits
 QMM_I2(and_si512, _mm256_and_si256)
 #undef QMM_I2
+inline V16i unpacklo_epi16(V16i a, V16i b) {  // per 128-bit lane, as in 512 bits
+  return mk(_mm256_unpacklo_epi16(a.lo, b.lo), _mm256_unpacklo_epi16(a.hi, b.hi));
+}
+inline V16i unpackhi_epi16(V16i a, V16i b) {
+  return mk(_mm256_unpackhi_epi16(a.lo, b.lo), _mm256_unpackhi_epi16(a.hi, b.hi));
+}
 inline V16i slli_epi32(V16i a, int n) { return mk(_mm256_slli_epi32(a.lo, n), _mm256_slli_epi32(a.hi, n)); }
 inline V16i srli_epi32(V16i a, int n) { return mk(_mm256_srli_epi32(a.lo, n), _mm256_srli_epi32(a.hi, n)); }
 template <int IMM>
@@ -450,6 +456,10 @@ inline __m256i maskz_loadu_epi16(Mask16 m, const void* p) {
 #define _mm512_madd_epi16 qmm_avx2::madd_epi16
 #undef _mm512_shuffle_epi8
 #define _mm512_shuffle_epi8 qmm_avx2::shuffle_epi8
+#undef _mm512_unpacklo_epi16
+#define _mm512_unpacklo_epi16 qmm_avx2::unpacklo_epi16
+#undef _mm512_unpackhi_epi16
+#define _mm512_unpackhi_epi16 qmm_avx2::unpackhi_epi16
 #undef _mm512_slli_epi32
 #define _mm512_slli_epi32 qmm_avx2::slli_epi32
 #undef _mm512_srli_epi32

@@ -294,8 +294,9 @@ inline void prefetch_row(const T* p, int64_t count) {
   for (int64_t b = 0; b < count * (int64_t)sizeof(T); b += 64) _mm_prefetch((const char*)p + b, _MM_HINT_T0);
 }
 
-// Softmax of one head's L scores in place, over 16-key chunks in a fixed order.
-inline void softmax_row(float* sg, int64_t L) {
+// The exponentials of one head's L scores (less their maximum) in place, over 16-key chunks
+// in a fixed order; returns their sum in every lane.
+inline __m512 exp_row(float* sg, int64_t L) {
   __m512 mx = _mm512_set1_ps(-INFINITY);
   for (int64_t j = 0; j < L; j += 16)
     mx = _mm512_max_ps(mx, _mm512_mask_loadu_ps(_mm512_set1_ps(-INFINITY), tail_mask(L - j), sg + j));
@@ -307,7 +308,12 @@ inline void softmax_row(float* sg, int64_t L) {
     sum = _mm512_add_ps(sum, _mm512_maskz_mov_ps(m, e));
     _mm512_mask_storeu_ps(sg + j, m, e);
   }
-  const __m512 total = _mm512_set1_ps(_mm512_reduce_add_ps(sum));
+  return _mm512_set1_ps(_mm512_reduce_add_ps(sum));
+}
+
+// Softmax of one head's L scores in place.
+inline void softmax_row(float* sg, int64_t L) {
+  const __m512 total = exp_row(sg, L);
   for (int64_t j = 0; j < L; j += 16) {
     const __mmask16 m = tail_mask(L - j);
     _mm512_mask_storeu_ps(sg + j, m, _mm512_div_ps(_mm512_maskz_loadu_ps(m, sg + j), total));
@@ -525,12 +531,18 @@ struct BfRows {
     q.resize(G * d);
     for (int64_t k = 0; k < G * d; k += 16) store_bf16(q.data() + k, _mm512_loadu_ps(Qi + k));
   }
-  void probabilities(int64_t G, int64_t L) {
-    LP = (L + 16) / 16 * 16;  // room for the zero after an odd L
-    p.assign(G * LP, 0);
-    for (int64_t g = 0; g < G; ++g)
+  // softmax_row() of each head's scores, each probability rounded to bfloat16 as it is
+  // divided; p[g][j] = 0 for L <= j < 16 ceil(L / 16) (the zero after an odd L)
+  void softmax(int64_t G, int64_t L) {
+    LP = (L + 16) / 16 * 16;
+    p.resize(G * LP);
+    for (int64_t g = 0; g < G; ++g) {
+      float* sg = score.data() + g * L;
+      const __m512 total = exp_row(sg, L);
       for (int64_t j = 0; j < L; j += 16)
-        store_bf16(p.data() + g * LP + j, _mm512_maskz_loadu_ps(tail_mask(L - j), score.data() + g * L + j));
+        store_bf16(p.data() + g * LP + j,
+                   _mm512_div_ps(_mm512_maskz_loadu_ps(tail_mask(L - j), sg + j), total));
+    }
   }
 };
 
@@ -548,7 +560,7 @@ void attend_bf(const float* Q, const at::BFloat16* K, const at::BFloat16* V, con
       const u16* Vh = (const u16*)V + kv * KS;
       auto key = [&](int64_t j) { return j < P[i] ? j : extra[e0 + j - P[i]]; };
       r.queries(Q + (i * H + kv * G) * d, G, d);
-      r.score.assign(G * L, 0.f);
+      r.score.resize(G * L);  // every score is written
       for (int64_t j = 0; j < L; ++j)
         for (int64_t g = 0; g < G; ++g) {
           __m512 a = _mm512_setzero_ps();
@@ -557,8 +569,7 @@ void attend_bf(const float* Q, const at::BFloat16* K, const at::BFloat16* V, con
                                  (__m512bh)_mm512_loadu_si512(Kh + key(j) * d + c * 32));
           r.score[g * L + j] = _mm512_reduce_add_ps(a);
         }
-      for (int64_t g = 0; g < G; ++g) softmax_row(r.score.data() + g * L, L);
-      r.probabilities(G, L);
+      r.softmax(G, L);
       float* Oi = O + (i * H + kv * G) * d;
       for (int64_t g = 0; g < G; ++g)
         for (int64_t c = 0; c < d / 16; ++c) {
@@ -664,7 +675,7 @@ void attend_bf_fixed(const float* Q, const at::BFloat16* K, const at::BFloat16* 
       const u16* Vh = (const u16*)V + kv * KS;
       auto key = [&](int64_t j) { return j < P[i] ? j : extra[e0 + j - P[i]]; };
       r.queries(Q + (i * H + kv * G) * d, G, d);
-      r.score.assign(G * L, 0.f);
+      r.score.resize(G * L);  // every score is written
       for (int64_t j0 = 0; j0 < L; j0 += 16) {
         const int64_t B = std::min<int64_t>(16, L - j0);
         const u16* rows[16];
@@ -692,8 +703,7 @@ void attend_bf_fixed(const float* Q, const at::BFloat16* K, const at::BFloat16* 
           _mm512_mask_storeu_ps(r.score.data() + g * L + j0, tail_mask(B),
                                 reduce16(part.data() + g * 16));
       }
-      for (int64_t g = 0; g < G; ++g) softmax_row(r.score.data() + g * L, L);
-      r.probabilities(G, L);
+      r.softmax(G, L);
       float* Oi = O + (i * H + kv * G) * d;
       constexpr int BB = C2 < 2 ? C2 : 2;  // 32-position blocks a sweep: 4 accumulators a head
       for (int b0 = 0; b0 < C2; b0 += BB)

@@ -521,19 +521,36 @@ inline __m512i broadcast_pair(const u16* p) {
   return _mm512_set1_epi32(v);
 }
 
-// What every form needs per (query, kv head): the G queries in bfloat16 ([G][d]) and, after
-// the softmax, the probabilities in bfloat16 ([G][LP], zeros past L).
+// One thread's state over the call's work items w = (query i, kv head): the item's keys
+// (key(j): the cache row of its j-th key, j < L), its G queries in bfloat16 ([G][d]), their
+// scores ([G][L]) and, after softmax(), the probabilities in bfloat16 ([G][LP]).
 struct BfRows {
+  const float* Q;
+  const u16 *K, *V;
+  const int64_t *P, *ptr, *extra;
+  int64_t H, KV, KS, d, G;
+  int64_t i = 0, kv = 0, e0 = 0, L = 0, LP = 0;
+  const u16 *Kh = nullptr, *Vh = nullptr;  // the item's kv head
   std::vector<u16> q, p, zero;
   std::vector<float> score;
-  int64_t LP = 0;
-  void queries(const float* Qi, int64_t G, int64_t d) {
+  BfRows(const float* Q, const at::BFloat16* K, const at::BFloat16* V, const int64_t* P,
+         const int64_t* ptr, const int64_t* extra, int64_t H, int64_t KV, int64_t KS, int64_t d)
+      : Q(Q), K((const u16*)K), V((const u16*)V), P(P), ptr(ptr), extra(extra), H(H), KV(KV),
+        KS(KS), d(d), G(H / KV), zero(d, 0) {}
+  int64_t key(int64_t j) const { return j < P[i] ? j : extra[e0 + j - P[i]]; }
+  // Work item w: its keys, its queries rounded to bfloat16, room for every score (each written)
+  void start(int64_t w) {
+    i = w / KV, kv = w % KV, e0 = ptr[i], L = P[i] + ptr[i + 1] - e0;
+    Kh = K + kv * KS, Vh = V + kv * KS;
+    const float* Qi = Q + (i * H + kv * G) * d;
     q.resize(G * d);
     for (int64_t k = 0; k < G * d; k += 16) store_bf16(q.data() + k, _mm512_loadu_ps(Qi + k));
+    score.resize(G * L);
   }
+  float* out(float* O) const { return O + (i * H + kv * G) * d; }  // the item's [G][d]
   // softmax_row() of each head's scores, each probability rounded to bfloat16 as it is
   // divided; p[g][j] = 0 for L <= j < 16 ceil(L / 16) (the zero after an odd L)
-  void softmax(int64_t G, int64_t L) {
+  void softmax() {
     LP = (L + 16) / 16 * 16;
     p.resize(G * LP);
     for (int64_t g = 0; g < G; ++g) {
@@ -550,34 +567,30 @@ struct BfRows {
 void attend_bf(const float* Q, const at::BFloat16* K, const at::BFloat16* V, const int64_t* P,
                const int64_t* ptr, const int64_t* extra, float* O, int64_t n, int64_t H,
                int64_t KV, int64_t KS, int64_t d) {
-  const int64_t G = H / KV, C2 = d / 32;
+  const int64_t C2 = d / 32;
   at::parallel_for(0, n * KV, 1, [&](int64_t w0, int64_t w1) {
-    BfRows r;
-    r.zero.assign(d, 0);
+    BfRows r(Q, K, V, P, ptr, extra, H, KV, KS, d);
+    const int64_t G = r.G;
     for (int64_t w = w0; w < w1; ++w) {
-      const int64_t i = w / KV, kv = w % KV, e0 = ptr[i], L = P[i] + ptr[i + 1] - e0;
-      const u16* Kh = (const u16*)K + kv * KS;
-      const u16* Vh = (const u16*)V + kv * KS;
-      auto key = [&](int64_t j) { return j < P[i] ? j : extra[e0 + j - P[i]]; };
-      r.queries(Q + (i * H + kv * G) * d, G, d);
-      r.score.resize(G * L);  // every score is written
+      r.start(w);
+      const int64_t L = r.L;
       for (int64_t j = 0; j < L; ++j)
         for (int64_t g = 0; g < G; ++g) {
           __m512 a = _mm512_setzero_ps();
           for (int64_t c = 0; c < C2; ++c)
             a = _mm512_dpbf16_ps(a, (__m512bh)_mm512_loadu_si512(r.q.data() + g * d + c * 32),
-                                 (__m512bh)_mm512_loadu_si512(Kh + key(j) * d + c * 32));
+                                 (__m512bh)_mm512_loadu_si512(r.Kh + r.key(j) * d + c * 32));
           r.score[g * L + j] = _mm512_reduce_add_ps(a);
         }
-      r.softmax(G, L);
-      float* Oi = O + (i * H + kv * G) * d;
+      r.softmax();
+      float* Oi = r.out(O);
       for (int64_t g = 0; g < G; ++g)
         for (int64_t c = 0; c < d / 16; ++c) {
           __m512 a = _mm512_setzero_ps();
           for (int64_t j = 0; j < L; j += 2) {
-            const u16* v1 = j + 1 < L ? Vh + key(j + 1) * d : r.zero.data();
+            const u16* v1 = j + 1 < L ? r.Vh + r.key(j + 1) * d : r.zero.data();
             a = _mm512_dpbf16_ps(a, (__m512bh)broadcast_pair(r.p.data() + g * r.LP + j),
-                                 (__m512bh)pair16(Vh + key(j) * d + c * 16, v1 + c * 16));
+                                 (__m512bh)pair16(r.Vh + r.key(j) * d + c * 16, v1 + c * 16));
           }
           _mm512_storeu_ps(Oi + g * d + c * 16, a);
         }
@@ -591,16 +604,17 @@ void attend_bf(const float* Q, const at::BFloat16* K, const at::BFloat16* V, con
 // 32 b + 8 t + 4 h + u (put in order when stored); per position the operations are
 // attend_bf()'s.
 template <int GB, int BB>
-inline void weigh_bf(const BfRows& r, int64_t g0, int64_t L, const u16* Vh, const int64_t* P,
-                     const int64_t* extra, int64_t i, int64_t e0, int64_t d, int b0, float* Oi) {
+inline void weigh_bf(const BfRows& r, int64_t g0, int b0, float* Oi) {
+  const int64_t L = r.L, d = r.d, P = r.P[r.i];
+  const u16* Vh = r.Vh;
   __m512 a[GB][2 * BB];
   for (int g = 0; g < GB; ++g)
     for (int c = 0; c < 2 * BB; ++c) a[g][c] = _mm512_setzero_ps();
-  auto row = [&](int64_t j) { return Vh + (j < P[i] ? j : extra[e0 + j - P[i]]) * d + b0 * 32; };
+  auto row = [&](int64_t j) { return Vh + r.key(j) * d + b0 * 32; };
   for (int64_t j = 0; j < L; j += 2) {
     const u16* v0 = row(j);
     const u16* v1 = j + 1 < L ? row(j + 1) : r.zero.data();
-    if (j + AHEAD + 1 < P[i]) {
+    if (j + AHEAD + 1 < P) {
       prefetch_row(Vh + (j + AHEAD) * d + b0 * 32, BB * 32);
       prefetch_row(Vh + (j + AHEAD + 1) * d + b0 * 32, BB * 32);
     }
@@ -664,18 +678,13 @@ void attend_bf_fixed(const float* Q, const at::BFloat16* K, const at::BFloat16* 
                      const int64_t* P, const int64_t* ptr, const int64_t* extra, float* O,
                      int64_t n, int64_t H, int64_t KV, int64_t KS, int64_t d) {
   constexpr int C2 = C / 2;
-  const int64_t G = H / KV;
   at::parallel_for(0, n * KV, 1, [&](int64_t w0, int64_t w1) {
-    BfRows r;
-    r.zero.assign(d, 0);
+    BfRows r(Q, K, V, P, ptr, extra, H, KV, KS, d);
+    const int64_t G = r.G;
     std::vector<__m512> part(G * 16);  // [G][16 keys] score partials
     for (int64_t w = w0; w < w1; ++w) {
-      const int64_t i = w / KV, kv = w % KV, e0 = ptr[i], L = P[i] + ptr[i + 1] - e0;
-      const u16* Kh = (const u16*)K + kv * KS;
-      const u16* Vh = (const u16*)V + kv * KS;
-      auto key = [&](int64_t j) { return j < P[i] ? j : extra[e0 + j - P[i]]; };
-      r.queries(Q + (i * H + kv * G) * d, G, d);
-      r.score.resize(G * L);  // every score is written
+      r.start(w);
+      const int64_t L = r.L, Pi = P[r.i];
       for (int64_t j0 = 0; j0 < L; j0 += 16) {
         const int64_t B = std::min<int64_t>(16, L - j0);
         const u16* rows[16];
@@ -684,8 +693,8 @@ void attend_bf_fixed(const float* Q, const at::BFloat16* K, const at::BFloat16* 
             for (int64_t g = 0; g < G; ++g) part[g * 16 + jj] = _mm512_setzero_ps();
             continue;
           }
-          rows[jj] = Kh + key(j0 + jj) * d;
-          if (j0 + jj + AHEAD < P[i]) prefetch_row(Kh + (j0 + jj + AHEAD) * d, d);
+          rows[jj] = r.Kh + r.key(j0 + jj) * d;
+          if (j0 + jj + AHEAD < Pi) prefetch_row(r.Kh + (j0 + jj + AHEAD) * d, d);
         }
         for (int64_t g0 = 0; g0 < G; g0 += 6) {
           const u16* qg = r.q.data() + g0 * d;
@@ -703,21 +712,19 @@ void attend_bf_fixed(const float* Q, const at::BFloat16* K, const at::BFloat16* 
           _mm512_mask_storeu_ps(r.score.data() + g * L + j0, tail_mask(B),
                                 reduce16(part.data() + g * 16));
       }
-      r.softmax(G, L);
-      float* Oi = O + (i * H + kv * G) * d;
+      r.softmax();
+      float* Oi = r.out(O);
       constexpr int BB = C2 < 2 ? C2 : 2;  // 32-position blocks a sweep: 4 accumulators a head
       for (int b0 = 0; b0 < C2; b0 += BB)
-        for (int64_t g0 = 0; g0 < G;) {  // up to 6 heads at a time (24 accumulators)
-          const int64_t gb = std::min<int64_t>(6, G - g0);
-          switch (gb) {
-            case 6: weigh_bf<6, BB>(r, g0, L, Vh, P, extra, i, e0, d, b0, Oi); break;
-            case 5: weigh_bf<5, BB>(r, g0, L, Vh, P, extra, i, e0, d, b0, Oi); break;
-            case 4: weigh_bf<4, BB>(r, g0, L, Vh, P, extra, i, e0, d, b0, Oi); break;
-            case 3: weigh_bf<3, BB>(r, g0, L, Vh, P, extra, i, e0, d, b0, Oi); break;
-            case 2: weigh_bf<2, BB>(r, g0, L, Vh, P, extra, i, e0, d, b0, Oi); break;
-            default: weigh_bf<1, BB>(r, g0, L, Vh, P, extra, i, e0, d, b0, Oi); break;
+        for (int64_t g0 = 0; g0 < G; g0 += 6) {  // up to 6 heads at a time (24 accumulators)
+          switch (std::min<int64_t>(6, G - g0)) {
+            case 6: weigh_bf<6, BB>(r, g0, b0, Oi); break;
+            case 5: weigh_bf<5, BB>(r, g0, b0, Oi); break;
+            case 4: weigh_bf<4, BB>(r, g0, b0, Oi); break;
+            case 3: weigh_bf<3, BB>(r, g0, b0, Oi); break;
+            case 2: weigh_bf<2, BB>(r, g0, b0, Oi); break;
+            default: weigh_bf<1, BB>(r, g0, b0, Oi); break;
           }
-          g0 += gb;
         }
     }
   });

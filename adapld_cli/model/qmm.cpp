@@ -387,6 +387,23 @@ inline __m512 reduce16(const __m512* v) {
   return _mm512_permutexvar_ps(order, r);
 }
 
+// f(g0, std::integral_constant<int, GB>{}) for heads 0 .. G - 1 in blocks of up to six from
+// g0 (GB = min(6, G - g0)): the block's head count as a template parameter, so that its
+// accumulators stay in registers.
+template <typename F>
+inline void for_head_blocks(int64_t G, F&& f) {
+  for (int64_t g0 = 0; g0 < G; g0 += 6) {
+    switch (std::min<int64_t>(6, G - g0)) {
+      case 6: f(g0, std::integral_constant<int, 6>{}); break;
+      case 5: f(g0, std::integral_constant<int, 5>{}); break;
+      case 4: f(g0, std::integral_constant<int, 4>{}); break;
+      case 3: f(g0, std::integral_constant<int, 3>{}); break;
+      case 2: f(g0, std::integral_constant<int, 2>{}); break;
+      default: f(g0, std::integral_constant<int, 1>{}); break;
+    }
+  }
+}
+
 // Weighted sum of values for heads g0 .. g0 + GB - 1 and chunks c0 .. c0 + CB - 1 of one query:
 // each value chunk is loaded once for the GB heads; every output lane sums p_j v_j key by key.
 template <typename T, int GB, int CB, bool FULL>
@@ -416,20 +433,10 @@ template <typename T, int CB, bool FULL>
 inline void weigh_heads(const float* score, int64_t L, const T* Vh, const int64_t* P,
                         const int64_t* extra, int64_t i, int64_t e0, int64_t d, int c0,
                         const __mmask16* mk, float* Oi, int64_t G) {
-  for (int64_t g0 = 0; g0 < G;) {  // up to 6 heads at a time (with CB <= 4: 24 accumulators)
-    const int64_t gb = std::min<int64_t>(6, G - g0);
-    const float* s = score + g0 * L;
-    float* o = Oi + g0 * d;
-    switch (gb) {
-      case 6: weigh<T, 6, CB, FULL>(s, L, Vh, P, extra, i, e0, d, c0, mk, o); break;
-      case 5: weigh<T, 5, CB, FULL>(s, L, Vh, P, extra, i, e0, d, c0, mk, o); break;
-      case 4: weigh<T, 4, CB, FULL>(s, L, Vh, P, extra, i, e0, d, c0, mk, o); break;
-      case 3: weigh<T, 3, CB, FULL>(s, L, Vh, P, extra, i, e0, d, c0, mk, o); break;
-      case 2: weigh<T, 2, CB, FULL>(s, L, Vh, P, extra, i, e0, d, c0, mk, o); break;
-      default: weigh<T, 1, CB, FULL>(s, L, Vh, P, extra, i, e0, d, c0, mk, o); break;
-    }
-    g0 += gb;
-  }
+  for_head_blocks(G, [&](int64_t g0, auto gb) {  // with CB <= 4: up to 24 accumulators
+    weigh<T, decltype(gb)::value, CB, FULL>(score + g0 * L, L, Vh, P, extra, i, e0, d, c0, mk,
+                                            Oi + g0 * d);
+  });
 }
 
 // attend() with the head size's 16-lane chunks known at compile time (C = ceil(d / 16); FULL:
@@ -696,18 +703,10 @@ void attend_bf_fixed(const float* Q, const at::BFloat16* K, const at::BFloat16* 
           rows[jj] = r.Kh + r.key(j0 + jj) * d;
           if (j0 + jj + AHEAD < Pi) prefetch_row(r.Kh + (j0 + jj + AHEAD) * d, d);
         }
-        for (int64_t g0 = 0; g0 < G; g0 += 6) {
-          const u16* qg = r.q.data() + g0 * d;
-          __m512* out = part.data() + g0 * 16;
-          switch (std::min<int64_t>(6, G - g0)) {
-            case 6: block_scores<6, C2>(qg, rows, B, d, out); break;
-            case 5: block_scores<5, C2>(qg, rows, B, d, out); break;
-            case 4: block_scores<4, C2>(qg, rows, B, d, out); break;
-            case 3: block_scores<3, C2>(qg, rows, B, d, out); break;
-            case 2: block_scores<2, C2>(qg, rows, B, d, out); break;
-            default: block_scores<1, C2>(qg, rows, B, d, out); break;
-          }
-        }
+        for_head_blocks(G, [&](int64_t g0, auto gb) {
+          block_scores<decltype(gb)::value, C2>(r.q.data() + g0 * d, rows, B, d,
+                                                part.data() + g0 * 16);
+        });
         for (int64_t g = 0; g < G; ++g)
           _mm512_mask_storeu_ps(r.score.data() + g * L + j0, tail_mask(B),
                                 reduce16(part.data() + g * 16));
@@ -715,17 +714,10 @@ void attend_bf_fixed(const float* Q, const at::BFloat16* K, const at::BFloat16* 
       r.softmax();
       float* Oi = r.out(O);
       constexpr int BB = C2 < 2 ? C2 : 2;  // 32-position blocks a sweep: 4 accumulators a head
-      for (int b0 = 0; b0 < C2; b0 += BB)
-        for (int64_t g0 = 0; g0 < G; g0 += 6) {  // up to 6 heads at a time (24 accumulators)
-          switch (std::min<int64_t>(6, G - g0)) {
-            case 6: weigh_bf<6, BB>(r, g0, b0, Oi); break;
-            case 5: weigh_bf<5, BB>(r, g0, b0, Oi); break;
-            case 4: weigh_bf<4, BB>(r, g0, b0, Oi); break;
-            case 3: weigh_bf<3, BB>(r, g0, b0, Oi); break;
-            case 2: weigh_bf<2, BB>(r, g0, b0, Oi); break;
-            default: weigh_bf<1, BB>(r, g0, b0, Oi); break;
-          }
-        }
+      for (int b0 = 0; b0 < C2; b0 += BB)  // up to 6 heads at a time: 24 accumulators
+        for_head_blocks(G, [&](int64_t g0, auto gb) {
+          weigh_bf<decltype(gb)::value, BB>(r, g0, b0, Oi);
+        });
     }
   });
 }

@@ -253,3 +253,30 @@ def test_free_rows_of_one_shape_take_recycled_successors():
     ctx.record(9, None, [[70, 71, 72]])
     tree = _drafter(ctx, branches=True).propose(ctx, 40)  # a pass that grows with its size:
     assert {tree.tokens[i] for i in tree.children[0].values()} == {15}  # a hit recycles nothing
+
+
+def test_reference_chains_are_as_long_as_their_acceptance_pays():
+    """A reference's chain (:class:`WithReference`): long while its tokens are accepted, as
+    long as the budget on a flat cost, short once the answer has left it; the rate learns
+    from each chain's outcome, apart for a followed reference and a fresh match."""
+    from adapld_cli.engine.drafters.reference import WithReference
+
+    cpu = StubCost(lambda n: 1.0 + 0.1 * (n - 1))  # each row a tenth of a step
+    ctx = _context(BASE[:5], cpu)
+    assert WithReference.length(ctx, 0.999, 128) == 128
+    assert WithReference.length(ctx, 0.99, 128) >= 30
+    assert 3 <= WithReference.length(ctx, 0.8, 128) <= 10
+    assert WithReference.length(ctx, 0.1, 128) == 0  # a single step pays best
+    assert WithReference.length(_context(BASE[:5], FLAT), 0.5, 40) == 40
+
+    drafter = _drafter(ctx)
+    ref = WithReference(drafter, [*BASE[:5], 77, 78, 79, *range(60, 100)])
+    ref.start(ctx)
+    tree = ref.propose(ctx, 100)  # the prior rate (0.9): a chain of a dozen or so
+    chain = _chain(tree)
+    assert chain[:3] == [77, 78, 79] and 5 <= len(chain) <= 30
+    for _ in range(8):  # the answer leaves the reference at once, pass after pass
+        ref.feedback(ctx, tree, [0], [1])
+        ref._used, ref._chain, ref._aligned = 5, len(chain), False
+    assert ref.rate(False) < 0.4 and ref.rate(True) == 0.9
+    assert WithReference.length(ctx, ref.rate(False), 100) <= 2

@@ -139,11 +139,14 @@ def run_method(
     settings: AdaPLDSettings | None = None,
     workspaces: Any = None,
     prefix: Any = None,
+    reference: list[int] | None = None,
 ) -> MethodRun:
     """Generate greedily from ``prompt_ids`` with method ``name``. For the transformers
     baselines pass the stock model (:class:`~adapld_cli.bench.stock.StockModel`).
     ``workspaces``: the engine's :class:`~adapld_cli.engine.Workspaces` kept between runs;
-    ``prefix``: a :class:`~adapld_cli.engine.PrefixCache` (adapld's engine methods only)."""
+    ``prefix``: a :class:`~adapld_cli.engine.PrefixCache`; ``reference``: tokens the drafts
+    copy from besides the prompt, as ``adapld edit`` gives a repair (adapld's engine methods
+    only)."""
     if name in BASELINES:
         return run_generate(
             model, tokenizer, prompt_ids, config, name, prompt_lookup=BASELINES[name]
@@ -164,6 +167,7 @@ def run_method(
         settings=settings_for(name, settings),
         workspaces=workspaces,
         prefix=prefix,
+        reference=reference or (),
     )
     wall = time.perf_counter() - t0
     result.stats.method = name

@@ -243,18 +243,25 @@ class BenchRunner:
                     break
                 result.status, result.message = Status.REFUSED, "tests failed"
                 result.feedback = failure_feedback(tested)
+                result.tests_failed = True
             attempts.record(result)
         result = attempts.result
         return _joined(runs, result.stats), attempts.first, result, passed_at
 
     def _measure(
-        self, method: str, prompt_ids: list[int], config: Any, prefix: Any = None
+        self,
+        method: str,
+        prompt_ids: list[int],
+        config: Any,
+        prefix: Any = None,
+        reference: list[int] | None = None,
     ) -> MethodRun:
         model, tok = self.model_for(method), self.loaded.tokenizer
         memory.reset_peak()
         run = run_method(
-            method, model, tok, prompt_ids, config, self.options.settings, self.workspaces, prefix
-        )
+            method, model, tok, prompt_ids, config, self.options.settings, self.workspaces,
+            prefix, None if method in BASELINES else reference,
+        )  # fmt: skip
         run.extra["peak_rss_mb"] = memory.peak_rss_mb()
         return run
 
@@ -290,7 +297,11 @@ class _Timed:
         self.runs: list[MethodRun] = []
 
     def generate(self, prepared: Any, on_event: Any = None) -> Any:
-        run = self.runner._measure(self.method, prepared.prompt.ids, prepared.config, self.prefix)
+        # a repair's rejected answer is a draft source, as in `adapld edit`
+        reference = self.local.reference_ids(prepared)
+        run = self.runner._measure(
+            self.method, prepared.prompt.ids, prepared.config, self.prefix, reference
+        )
         self.runs.append(run)
         return self.local.generation(run.tokens, run.stats, run.stop_reason)
 

@@ -84,6 +84,8 @@ class EditResult:
     attempts: int = 1  # generations this result took (the first + repairs)
     undefined: str | None = None  # names it uses and never defines (edit.lint), if any
     plan: Any = None  # edit.parts.Plan the result was spliced by (None: the whole file)
+    # the tests failed it after every check passed: a repair may keep its other parts
+    tests_failed: bool = False
 
     def __post_init__(self) -> None:
         self.status = Status(self.status)  # "changed" given as a plain string counts too

@@ -30,12 +30,15 @@ from adapld_cli.edit.syntax import Definition, outline, parse
 
 MIN_LINES = 200  # shorter files are rewritten whole: a part saves little, context helps more
 MAX_SHARE = 0.5  # parts covering more of the file than this: rewrite it whole
+REPAIR_SHARE = 0.8  # a repair's definitions covering more than this: the whole file again
 # "add a [new] [`name`] method [`name`] to [the] [class] `C`"
 ADD_METHOD_RE = re.compile(
     r"\badd(?:s|ing)?\s+(?:an?\s+)?(?:new\s+)?(?:\S+\s+){0,2}?method\b[^.]*?\b(?:to|in)\s+"
     r"(?:the\s+)?(?:class\s+)?`?([A-Z]\w*)`?",
     re.IGNORECASE,
 )
+# a traceback frame's function: Python's `File "x.py", line 3, in name`, pytest's `x.py:3: in name`
+FRAME_RE = re.compile(r"(?:, line \d+,|:\d+:) in ([A-Za-z_][\w.]*)")
 # what may follow a rename for the instruction to ask for the rename only
 UPDATE_CALLS_RE = re.compile(
     r"\b(?:update|change|fix|adjust|rename)\s+(?:every|all|each|the|its|any)?\s*(?:of\s+)?"
@@ -66,12 +69,17 @@ class Plan:
     # the instruction asks for the rename(s) and nothing else: made in the parts as a
     # refactoring tool makes it, whole-word, without the model (docs/usage.md#big-files)
     mechanical: bool = False
+    # a repair's plan (plan_repair): the parts are lines of ``base``, the result the tests
+    # failed, and are asked for with ``feedback``, the tests' output; None: the file's lines
+    base: str | None = None
+    feedback: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "reason": self.reason,
             "parts": [{"name": p.name, "lines": [p.start, p.end]} for p in self.parts],
             "mechanical": self.mechanical,
+            "repair": self.base is not None,
         }
 
 
@@ -100,6 +108,41 @@ def plan_parts(text: str, lang: str | None, instruction: str) -> Plan | None:
     if sum(p.end - p.start + 1 for p in parts) > MAX_SHARE * len(lines):
         return None
     return Plan(parts, reason, tuple(pairs), bool(pairs) and rename_only(instruction))
+
+
+def plan_repair(original: str, rejected: str, lang: str | None, feedback: str) -> Plan | None:
+    """The definitions of ``rejected`` (a Python result that passed every check and then
+    failed the tests) a repair rewrites: its units whose text is no unit of ``original``
+    (changed or added by the edit) and its definitions the tests' output names as where it
+    failed (a traceback frame's ``in NAME``). Every other unit is the original's and stays.
+    ``None`` (rewrite the whole file): not Python, a text that does not parse, no such unit,
+    a changed unit that is no definition (a statement, the imports), or units covering more
+    than :data:`REPAIR_SHARE` of ``rejected``. Any size of file: the repair keeps the whole
+    file in its prompt and generates only these definitions."""
+    if lang != "python" or not is_structural(rejected, lang):
+        return None
+    if not is_structural(original, lang):
+        return None
+    lines, old_lines = rejected.splitlines(), original.splitlines()
+    kept = {_text(old_lines, u) for u in _units(original, lang, outline(original, lang))}
+    failing = {m.rsplit(".", 1)[-1] for m in FRAME_RE.findall(feedback)}
+    found = [
+        u
+        for u in _units(rejected, lang, outline(rejected, lang))
+        if _text(lines, u) not in kept
+        or (u.why == "definition" and u.name.rsplit(".", 1)[-1] in failing)
+    ]
+    if not found or any(u.why != "definition" for u in found):
+        return None  # a changed statement or import block: the whole file
+    if sum(p.end - p.start + 1 for p in found) > REPAIR_SHARE * len(lines):
+        return None
+    found = [replace(u, why="repair") for u in found]
+    names = ", ".join(p.name for p in found)
+    return Plan(tuple(found), f"repair {names}", base=rejected, feedback=feedback)
+
+
+def _text(lines: list[str], unit: Part) -> str:
+    return "\n".join(lines[unit.start - 1 : unit.end])
 
 
 def rename_only(instruction: str) -> bool:

@@ -197,6 +197,26 @@ def repair_conversation(base: Conversation, answer: str, feedback: str) -> Conve
     return Conversation(messages, base.opening, base.fence, reference=answer)
 
 
+REPAIR_PART_NOTE = (
+    "\n\nAn earlier answer to this was rejected. {feedback} Reply with only `{name}` as it "
+    "should be: its complete definition, in a single code block."
+)
+
+
+def repair_part_conversation(
+    base: Conversation, code: str, feedback: str, name: str, header: str
+) -> Conversation:
+    """``base`` with ``feedback`` on a rejected answer and the request for only the
+    definition ``name`` added to its last user turn; the answer opens with ``header`` (the
+    definition's first line up to its name) and ``code`` (the rejected definition) is the
+    reference. As :func:`repair_conversation`, everything before the note is the first
+    prompt's, and the notes of one repair's definitions differ only from ``name`` on."""
+    messages = [dict(m) for m in base.messages]
+    last = max(i for i, m in enumerate(messages) if m["role"] == "user")
+    messages[last]["content"] += REPAIR_PART_NOTE.format(feedback=feedback.strip(), name=name)
+    return Conversation(messages, base.opening + header, base.fence, reference=code)
+
+
 def chat_text(tokenizer: Any, messages: list[dict[str, str]]) -> str:
     """The prompt text for ``messages``, ending where the answer starts: the tokenizer's chat
     template with the assistant turn opened, or a plain fallback when it has none. A last

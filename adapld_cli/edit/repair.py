@@ -5,7 +5,9 @@ edit to generate), and :meth:`Attempts.record` each judged result before asking 
 :attr:`Attempts.result` is the one result that may be written. Another attempt is made while
 the last result carries feedback for the model (refused by a check, unchanged, or changed but
 using undefined names), fewer than ``options.attempts`` generations ran, and the repair prompt
-(the first attempt's conversation, the rejected file and the feedback) fits the context. A
+(the first attempt's conversation, the rejected file and the feedback) fits the context; after
+the tests failed a result, the repair asks only for the parts of it that the edit changed or
+the failure names, when they are a small enough share of it (:func:`repair_plan`). A
 changed result is never traded for a later one that is refused or unchanged: the changed one
 stays the result, counting every attempt's work.
 
@@ -16,7 +18,7 @@ panel, the benchmark with its timers, :func:`adapld_cli.edit.edit_file` with nei
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 
 from adapld_cli.edit.judge import EditResult, Status
 from adapld_cli.edit.prompt import Conversation, repair_conversation
@@ -77,6 +79,9 @@ def repair_request(
     """The attempt after ``result``: the first attempt's conversation, the rejected file and
     the feedback, fitted into ``backend``'s context; ``None`` when the result asks for no
     other attempt or the longer prompt does not fit."""
+    planned = repair_plan(backend, prepared, result)
+    if planned is not None:
+        return planned
     conv = repair_conversation_for(prepared, result)
     if conv is None:
         return None
@@ -84,6 +89,24 @@ def repair_request(
     if retry is not None:
         retry.base = prepared.first
     return retry
+
+
+def repair_plan(
+    backend: Backend, prepared: PreparedEdit, result: EditResult
+) -> PreparedEdit | None:
+    """After the tests failed ``result``: the attempt that asks again, with the tests' output,
+    only for the parts of it :func:`~adapld_cli.edit.plan.plan_repair` names, spliced into
+    it; ``None`` (a whole-file repair) otherwise or with ``--whole-file``. What the edit left
+    as the original had it is not generated again, so it cannot drift, and the attempt costs
+    the parts' tokens, not the file's (docs/design.md, "Repair by parts")."""
+    from adapld_cli.edit.plan import plan_repair
+
+    if not (result.tests_failed and result.feedback and backend.options.parts):
+        return None
+    plan = plan_repair(prepared.source.text, result.new_text, prepared.lang, result.feedback)
+    if plan is None:
+        return None
+    return replace(prepared, plan=plan, base=prepared.first)
 
 
 def repair_conversation_for(prepared: PreparedEdit, result: EditResult) -> Conversation | None:

@@ -302,9 +302,13 @@ class _Run:
         if attempt.previous is not None:
             title = f"{item.name} (attempt {attempt.number})"
             feedback = (attempt.previous.feedback or "").split("\n")[0]
+            plan = attempt.prepared.plan
+            again = "Asking again"
+            if plan is not None and plan.base is not None:  # a repair by parts
+                again += " for " + ", ".join(p.name for p in plan.parts)
             self.view.info(
                 f"{item.name}: attempt {attempt.previous.attempts} "
-                f"{attempt.previous.status}: {feedback} Asking again."
+                f"{attempt.previous.status}: {feedback} {again}."
             )
         with self.view.generating(title, backend.tokenizer, backend.method) as panel:
             generation = generate(backend, attempt.prepared, _chain(panel, self.on_event))

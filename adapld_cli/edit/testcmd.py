@@ -8,7 +8,9 @@ as failed. ``KeyboardInterrupt`` (Ctrl-C, or SIGTERM through
 :class:`~adapld_cli.edit.interrupt.Signals`) while it runs kills the group too, then
 propagates: the caller puts the file back. :func:`failure_feedback` is what the model is
 told when the tests fail after its edit: the failing assertion and traceback first when the
-runner is pytest, else the output's tail. :class:`TestJudge` is the run's side of it (see
+runner is pytest, else the output's tail, without the lines of ``^`` and ``~`` markers
+Python 3.11+ sets under a traceback's source lines (columns the model cannot use, at a
+token a character or two). :class:`TestJudge` is the run's side of it (see
 there): baseline, the run after each written result, taking a failing result back.
 """
 
@@ -37,6 +39,7 @@ TAIL_LINES = 60
 TAIL_BYTES = 4096
 _PYTEST_FAILURES = re.compile(r"^=+ (FAILURES|ERRORS) =+$", re.MULTILINE)
 _PYTEST_SUMMARY = re.compile(r"^=+ short test summary info =+$", re.MULTILINE)
+_MARKERS = re.compile(r"^[ \t]*[~^]+[ \t~^]*\n", re.MULTILINE)  # a traceback's column markers
 
 
 @dataclass(frozen=True)
@@ -106,7 +109,9 @@ def failure_feedback(run: TestRun) -> str:
 
 def bounded_output(text: str) -> str:
     """pytest's failure sections (and its summary) when present, else the last lines; at most
-    :data:`TAIL_LINES` lines and :data:`TAIL_BYTES` bytes either way."""
+    :data:`TAIL_LINES` lines and :data:`TAIL_BYTES` bytes either way; a traceback's column
+    markers dropped."""
+    text = _MARKERS.sub("", text)
     start = _PYTEST_FAILURES.search(text)
     if start is not None:
         end = _PYTEST_SUMMARY.search(text, start.end())
@@ -199,6 +204,7 @@ class TestJudge:
             result.source = replace(src, snapshot=snapshot)
         result.status = Status.REFUSED
         result.feedback = failure_feedback(run)
+        result.tests_failed = True
         self.failed = result
 
     def passed(self, outcome: Outcome, run: TestRun) -> Outcome:

@@ -99,6 +99,21 @@ def test_no_repair_plan_means_the_whole_file(original, rejected, lang):
     assert plan_repair(original, rejected, lang, "exit 1") is None
 
 
+@pytest.mark.parametrize(
+    "error",
+    [
+        "NameError: name 'logger' is not defined",
+        "ModuleNotFoundError: No module named 'numpy'",
+        "E   ImportError: cannot import name 'x'",
+    ],
+)
+def test_a_missing_name_is_repaired_in_the_whole_file(error):
+    """An import or a module-level assignment fixes it, and neither is a definition."""
+    assert (
+        plan_repair(ORIGINAL, REJECTED, "python", FAILURE.replace("AssertionError", error)) is None
+    )
+
+
 @dataclass
 class Answers:
     """A backend that answers a definition's prompt with ``answers[name]`` (the text after
@@ -173,6 +188,7 @@ def test_other_repairs_stay_whole_file():
     first, result = _failed(backend, src, REJECTED)
     for variant, options in (
         (replace(result, tests_failed=False), backend.options),
+        (replace(result, undefined="logger (line 3)"), backend.options),
         (result, EditOptions(parts=False)),
         (replace(result, new_text=REJECTED.replace("LIMIT = 3", "LIMIT = 4")), backend.options),
     ):

@@ -39,6 +39,8 @@ ADD_METHOD_RE = re.compile(
 )
 # a traceback frame's function: Python's `File "x.py", line 3, in name`, pytest's `x.py:3: in name`
 FRAME_RE = re.compile(r"(?:, line \d+,|:\d+:) in ([A-Za-z_][\w.]*)")
+# a failure fixed outside any definition: a name or a module the file does not provide
+MISSING_NAME_RE = re.compile(r"\b(?:NameError|ImportError|ModuleNotFoundError)\b")
 # what may follow a rename for the instruction to ask for the rename only
 UPDATE_CALLS_RE = re.compile(
     r"\b(?:update|change|fix|adjust|rename)\s+(?:every|all|each|the|its|any)?\s*(?:of\s+)?"
@@ -115,11 +117,15 @@ def plan_repair(original: str, rejected: str, lang: str | None, feedback: str) -
     failed the tests) a repair rewrites: its units whose text is no unit of ``original``
     (changed or added by the edit) and its definitions the tests' output names as where it
     failed (a traceback frame's ``in NAME``). Every other unit is the original's and stays.
-    ``None`` (rewrite the whole file): not Python, a text that does not parse, no such unit,
-    a changed unit that is no definition (a statement, the imports), or units covering more
-    than :data:`REPAIR_SHARE` of ``rejected``. Any size of file: the repair keeps the whole
-    file in its prompt and generates only these definitions."""
-    if lang != "python" or not is_structural(rejected, lang):
+    ``None`` (rewrite the whole file): not Python, a text that does not parse, a failure
+    that is a missing name or module (fixed by an import or a module-level assignment, which
+    are no definitions), no such unit, a changed unit that is no definition (a statement,
+    the imports), or units covering more than :data:`REPAIR_SHARE` of ``rejected``. Any size
+    of file: the repair keeps the whole file in its prompt and generates only these
+    definitions."""
+    if lang != "python" or MISSING_NAME_RE.search(feedback):
+        return None
+    if not is_structural(rejected, lang):
         return None
     if not is_structural(original, lang):
         return None

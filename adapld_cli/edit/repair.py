@@ -103,6 +103,8 @@ def repair_plan(
 
     if not (result.tests_failed and result.feedback and backend.options.parts):
         return None
+    if result.undefined:  # names to import or define at the top: the whole file
+        return None
     plan = plan_repair(prepared.source.text, result.new_text, prepared.lang, result.feedback)
     if plan is None:
         return None

@@ -167,6 +167,7 @@ def test_the_definitions_are_asked_for_on_the_first_prompt_and_spliced():
         )
         assert request.conversation.opening.startswith(first.conversation.opening)
         assert set(UNIT_STOPS) <= set(request.config.stop_strings)
+        assert len(request.config.stop_strings) <= 4  # what an OpenAI server takes
     assert size.conversation.opening.endswith("```python\n@property\ndef size")
     rejected_size = "@property\ndef size(self):\n    return area(self.r) * 2\n"
     assert size.conversation.reference == rejected_size

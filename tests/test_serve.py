@@ -415,3 +415,18 @@ def test_verbose_logs_each_answers_timings(tiny_models, home):
         assert f"prompt {usage['prompt_tokens']} tokens ({cached} cached)" in line
         assert f"answer {usage['completion_tokens']} tokens" in line
     assert usages[1]["prompt_tokens_details"]["cached_tokens"] > 0
+
+
+def test_a_repair_by_parts_goes_through_the_server(rename, tmp_path, monkeypatch):
+    """After the tests fail a result, the repair asks the server for each definition the
+    edit changed: the answer opened with its header, four stop strings (an OpenAI server's
+    most); the tests failing still, the file is put back."""
+    monkeypatch.chdir(tmp_path)
+    path = tmp_path / "calc.py"
+    path.write_text(SOURCE)
+    result = CliRunner().invoke(app, ["edit", "calc.py", "-i", "rename foo to bar", "--server",
+                                      rename.url, "--test", "exit 1", "-v"])  # fmt: skip
+    assert result.exit_code == 1, result.stderr
+    assert "Asking again for bar, main." in result.stderr
+    assert "tests failed after 2 attempts (last: exit 1: no output); file restored" in result.stderr
+    assert path.read_text() == SOURCE

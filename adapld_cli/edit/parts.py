@@ -130,7 +130,9 @@ def generate(
 
 
 # where a definition asked for on its own ends: the next one at the left margin, or the fence
-UNIT_STOPS = ("\ndef ", "\nasync def ", "\nclass ", "\n@", "\nif __name__")
+# (with the fence, four stop strings: the most an OpenAI-compatible server takes; anything
+# else after the definition is generated, then cut by first_definition)
+UNIT_STOPS = ("\ndef ", "\nclass ", "\n@")
 HEADER_RE = re.compile(r"^(?:async\s+)?def\s+\w+|^class\s+\w+", re.MULTILINE)
 
 

@@ -228,7 +228,9 @@ class BenchRunner:
         # is taken over (a fresh cache per task and method, so no first attempt gains by it)
         prefix = None if method in BASELINES else PrefixCache()
         attempts = Attempts(local, prep)
+        kinds: list[str] = []
         for attempt in attempts:
+            kinds.append(_kind(attempt.prepared.plan))
             timed = _Timed(self, local, method, prefix)
             started = time.perf_counter()
             generation = generate(timed, attempt.prepared)
@@ -246,7 +248,9 @@ class BenchRunner:
                 result.tests_failed = True
             attempts.record(result)
         result = attempts.result
-        return _joined(runs, result.stats), attempts.first, result, passed_at
+        joined = _joined(runs, result.stats)
+        joined.extra["attempt_kinds"] = kinds
+        return joined, attempts.first, result, passed_at
 
     def _measure(
         self,
@@ -345,6 +349,14 @@ def unrelated_changes(task: Task, new_text: str) -> list[str]:
     return sorted({n for n in names if n not in allowed})
 
 
+def _kind(plan: Any) -> str:
+    """What an attempt generates: the "whole" file, a first attempt's "plan" (parts), or a
+    "repair" by parts."""
+    if plan is None:
+        return "whole"
+    return "repair" if plan.base is not None else "plan"
+
+
 def _joined(runs: list[MethodRun], stats: Any) -> MethodRun:
     """Several attempts as one run: their tokens one after another (a ``-1`` between two
     attempts, so a method compares equal to ``ar`` only attempt by attempt), ``stats`` (the
@@ -393,6 +405,8 @@ def _row(task: Task, method: str, run: MethodRun, result: Any, first: Any) -> di
         "peak_rss_mb": _round(run.extra.get("peak_rss_mb"), 1),
         "attempts": result.attempts,
         "attempt_s": [round(s, 4) for s in run.extra.get("attempt_s", [wall])],
+        # each attempt's kind: "whole" file, a "plan"'s parts, a "repair" by parts
+        "attempt_kinds": run.extra.get("attempt_kinds", []),
         "first_status": first.status.value,
         "passed": None,
         "passed_first": None,

@@ -12,10 +12,11 @@ import pytest
 
 from adapld_cli.edit import EditOptions, decode_source, prepare
 from adapld_cli.edit.judge import Status, judge
-from adapld_cli.edit.parts import UNIT_STOPS, first_definition, generate
+from adapld_cli.edit.parts import generate
 from adapld_cli.edit.plan import plan_repair
 from adapld_cli.edit.prompt import REPAIR_NOTE, REPAIR_PART_NOTE, load_template
 from adapld_cli.edit.repair import repair_request
+from adapld_cli.edit.repair_parts import UNIT_STOPS, first_definition
 from adapld_cli.edit.request import Generation
 from adapld_cli.edit.testcmd import bounded_output
 from adapld_cli.engine.types import Stats

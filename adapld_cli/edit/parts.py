@@ -18,13 +18,12 @@ Contract:
   after the tests failed a result: then its plan (:func:`~adapld_cli.edit.plan.plan_repair`)
   names definitions of that result (the plan's ``base``) to ask for again, one by one, each
   with the first attempt's whole-file prompt, the tests' output and the definition's first
-  line as the answer's opening (:func:`repair_part_request`); each answer's first
-  definition replaces the rejected one, and one that is no definition keeps it.
+  line as the answer's opening; each answer's first definition replaces the rejected one
+  (:mod:`adapld_cli.edit.repair_parts`).
 """
 
 from __future__ import annotations
 
-import re
 import textwrap
 from collections.abc import Callable
 from dataclasses import replace
@@ -34,7 +33,8 @@ from adapld_cli.edit.files.source import SourceFile, decode_source
 from adapld_cli.edit.plan import Part, Plan, plan_parts, word
 from adapld_cli.edit.prompt import Prompt, conversation, extract_file
 from adapld_cli.edit.request import Backend, Generation, PreparedEdit, fit, prepare
-from adapld_cli.edit.syntax import language_for, outline, parse
+from adapld_cli.edit.splice import indent_of, reindent
+from adapld_cli.edit.syntax import language_for, outline
 from adapld_cli.engine.types import GenerationConfig, Stats, StepEvent
 
 OUTLINE_ENTRIES = 80  # definitions listed in a part's prompt at most
@@ -102,7 +102,9 @@ def generate(
     if plan.mechanical:
         return _renamed(prepared, plan, backend.options.method)
     if plan.base is not None:
-        return _repaired(backend, prepared, plan, on_event)
+        from adapld_cli.edit.repair_parts import repaired
+
+        return repaired(backend, prepared, on_event)
     from adapld_cli.edit.repair import combined_stats
 
     lines = prepared.source.text.splitlines(keepends=True)
@@ -120,93 +122,13 @@ def generate(
         original = "".join(lines[part.start - 1 : part.end])
         if part.why == "imports" and not imports_only(original, code, prepared.lang):
             code = textwrap.dedent(original)  # the block is there for imports, nothing else
-        done[part] = reindent(code, _indent(lines[part.start - 1 : part.end]))
+        done[part] = reindent(code, indent_of(lines[part.start - 1 : part.end]))
     for part in reversed(plan.parts):
         lines[part.start - 1 : part.end] = [done[part]]
     spliced = "".join(lines)
     fence = prepared.prompt.fence
     text = spliced + ("" if spliced.endswith("\n") else "\n") + fence
     return Generation(text, stats, "stop_string", tokens, plan)
-
-
-# where a definition asked for on its own ends: the next one at the left margin, or the fence
-# (with the fence, four stop strings: the most an OpenAI-compatible server takes; anything
-# else after the definition is generated, then cut by first_definition)
-UNIT_STOPS = ("\ndef ", "\nclass ", "\n@")
-HEADER_RE = re.compile(r"^(?:async\s+)?def\s+\w+|^class\s+\w+", re.MULTILINE)
-
-
-def _repaired(
-    backend: Backend,
-    prepared: PreparedEdit,
-    plan: Plan,
-    on_event: Callable[[StepEvent], None] | None,
-) -> Generation:
-    """A repair plan's answer (module contract): each definition asked for again and spliced
-    into the rejected result."""
-    from adapld_cli.edit.repair import combined_stats
-
-    assert plan.base is not None
-    lines = plan.base.splitlines(keepends=True)
-    stats = None
-    tokens: list[int] = []
-    done: dict[Part, str] = {}
-    for part in plan.parts:
-        request, header = repair_part_request(backend, prepared, part)
-        answer = backend.generate(request, on_event)
-        stats = answer.stats if stats is None else combined_stats(stats, answer.stats)
-        tokens += answer.tokens
-        body, _ = extract_file(header + answer.text, request.prompt.fence, trailing_newline=True)
-        code = first_definition(body, prepared.lang)
-        if code is not None:
-            done[part] = reindent(code, _indent(lines[part.start - 1 : part.end]))
-    for part in reversed(plan.parts):
-        if part in done:
-            lines[part.start - 1 : part.end] = [done[part]]
-    spliced = "".join(lines)
-    text = spliced + ("" if spliced.endswith("\n") else "\n") + prepared.prompt.fence
-    return Generation(
-        text, stats or Stats(method=backend.options.method), "stop_string", tokens, plan
-    )
-
-
-def repair_part_request(
-    backend: Backend, prepared: PreparedEdit, part: Part
-) -> tuple[PreparedEdit, str]:
-    """The prompt asking again for one definition of a repair plan, and the header its
-    answer opens with: the first attempt's conversation (its cache rows reused) with the
-    tests' output and the request for the definition alone, stopped at the next definition
-    at the margin. Raises ``InputError`` when it cannot fit."""
-    from adapld_cli.edit.errors import InputError
-    from adapld_cli.edit.prompt import repair_part_conversation
-
-    plan, base = prepared.plan, prepared.first
-    assert plan is not None and plan.base is not None and base is not None
-    lines = plan.base.splitlines(keepends=True)
-    code = textwrap.dedent("".join(lines[part.start - 1 : part.end]))
-    m = HEADER_RE.search(code)
-    header = code[: m.end()] if m else ""
-    conv = repair_part_conversation(base, code, plan.feedback or "", part.name, header)
-    fitted = fit(backend, prepared.source, prepared.instruction, prepared.lang, conv)
-    if isinstance(fitted, str):
-        raise InputError(fitted)
-    config = replace(fitted.config, stop_strings=fitted.config.stop_strings + UNIT_STOPS)
-    return replace(fitted, config=config, plan=None), header
-
-
-def first_definition(code: str, lang: str | None) -> str | None:
-    """The text of ``code``'s first statement when it is a definition that parses (with its
-    decorators); ``None`` otherwise."""
-    tree = parse(code, lang)
-    if tree is None or not tree.root_node.named_children:
-        return None
-    node = tree.root_node.named_children[0]
-    if node.type not in DEFINITION_NODES or node.has_error:
-        return None
-    return code.encode("utf-8")[: node.end_byte].decode("utf-8") + "\n"
-
-
-DEFINITION_NODES = ("function_definition", "class_definition", "decorated_definition")
 
 
 def _renamed(prepared: PreparedEdit, plan: Plan, method: str) -> Generation:
@@ -276,22 +198,3 @@ def describe_outline(text: str, lang: str | None) -> str:
     if len(defs) > OUTLINE_ENTRIES:
         shown.append(f"(+{len(defs) - OUTLINE_ENTRIES} more)")
     return "\n".join(shown)
-
-
-def reindent(code: str, indent: str) -> str:
-    """``code`` (dedented again, in case the model indented it) with ``indent`` before each
-    non-blank line; ends with a newline."""
-    code = textwrap.dedent(code)
-    if code and not code.endswith("\n"):
-        code += "\n"
-    if not indent:
-        return code
-    return "".join(indent + line if line.strip() else line for line in code.splitlines(True))
-
-
-def _indent(lines: list[str]) -> str:
-    """The indentation of the first non-blank line."""
-    for line in lines:
-        if line.strip():
-            return line[: len(line) - len(line.lstrip())]
-    return ""

@@ -14,12 +14,13 @@ from adapld_cli.edit import EditOptions, decode_source, prepare
 from adapld_cli.edit.judge import Status, judge
 from adapld_cli.edit.parts import generate
 from adapld_cli.edit.plan import plan_repair
-from adapld_cli.edit.prompt import REPAIR_NOTE, REPAIR_PART_NOTE, load_template
+from adapld_cli.edit.prompt import REPAIR_NOTE, REPAIR_PART_NOTE
 from adapld_cli.edit.repair import repair_request
 from adapld_cli.edit.repair_parts import UNIT_STOPS, first_definition
 from adapld_cli.edit.request import Generation
 from adapld_cli.edit.testcmd import bounded_output
 from adapld_cli.engine.types import Stats
+from tests.test_edit_parts import Rewriter
 
 ORIGINAL = """import math
 
@@ -116,23 +117,17 @@ def test_a_missing_name_is_repaired_in_the_whole_file(error):
 
 
 @dataclass
-class Answers:
-    """A backend that answers a definition's prompt with ``answers[name]`` (the text after
-    the opening, as a model continues it); it keeps every request it saw."""
+class Answers(Rewriter):
+    """A backend that answers a definition's prompt with ``edit[name]`` (the text after the
+    opening, as a model continues it); it keeps every request it saw."""
 
-    answers: dict
-    options: EditOptions = field(default_factory=EditOptions)
-    template: object = field(default_factory=lambda: load_template(None))
-    context: object = None
-    seen: list = field(default_factory=list)
+    edit: dict = field(default_factory=dict)
 
     def generate(self, prepared, on_event=None) -> Generation:
         self.seen.append(prepared)
-        if prepared.plan is None and len(self.seen) == 1 and "first" in self.answers:
-            return Generation(self.answers["first"], Stats(new_tokens=9), "stop_string", [9])
         note = prepared.conversation.messages[-1]["content"]
-        name = next(n for n in self.answers if f"only `{n}` as it" in note)
-        return Generation(self.answers[name], Stats(new_tokens=3), "stop_string", [3, 3, 3])
+        name = next(n for n in self.edit if f"only `{n}` as it" in note)
+        return Generation(self.edit[name], Stats(new_tokens=3), "stop_string", [3, 3, 3])
 
 
 def _failed(backend, src, text: str) -> tuple:
@@ -146,7 +141,7 @@ def _failed(backend, src, text: str) -> tuple:
 def test_the_definitions_are_asked_for_on_the_first_prompt_and_spliced():
     fixed_size = "(self):\n    return area(self.r) * 2.0\n\n\ndef extra():\n    pass\n```"
     backend = Answers(
-        {
+        edit={
             "Shape.size": fixed_size,  # then a definition it was not asked for: cut
             "Shape.grow": "(self, k):\n    self.r = self.r * k\n",  # no closing fence
             "describe": "garbage (\n```",  # not a definition: the rejected one stays
@@ -186,7 +181,7 @@ def test_other_repairs_stay_whole_file():
     """A refusal by a check, ``--whole-file``, or a failing result no plan covers: the
     whole-file repair (the first conversation and a note; the rejected file drafted from)."""
     src = decode_source(ORIGINAL.encode(), "shapes.py")
-    backend = Answers({})
+    backend = Answers()
     first, result = _failed(backend, src, REJECTED)
     for variant, options in (
         (replace(result, tests_failed=False), backend.options),

@@ -202,6 +202,7 @@ def test_first_definition():
     assert first_definition("class A:\n    pass\n", "python") == "class A:\n    pass\n"
     assert first_definition("y = 2\ndef f():\n    pass\n", "python") is None
     assert first_definition("def f(:\n    pass\n", "python") is None
+    assert first_definition("def size", "python") is None  # the header, nothing after it
 
 
 def test_traceback_column_markers_are_dropped_from_the_feedback():

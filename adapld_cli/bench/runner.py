@@ -218,7 +218,7 @@ class BenchRunner:
         tested)."""
         from adapld_cli.edit import Attempts, Status, judge
         from adapld_cli.edit.parts import generate
-        from adapld_cli.edit.testcmd import failure_feedback
+        from adapld_cli.edit.testcmd import refuse_failing
         from adapld_cli.engine import PrefixCache
 
         opts = self.options
@@ -243,9 +243,7 @@ class BenchRunner:
                     passed_at = attempt.number
                     attempts.record(result)
                     break
-                result.status, result.message = Status.REFUSED, "tests failed"
-                result.feedback = failure_feedback(tested)
-                result.tests_failed = True
+                refuse_failing(result, tested)
             attempts.record(result)
         result = attempts.result
         joined = _joined(runs, result.stats)
@@ -264,7 +262,7 @@ class BenchRunner:
         memory.reset_peak()
         run = run_method(
             method, model, tok, prompt_ids, config, self.options.settings, self.workspaces,
-            prefix, None if method in BASELINES else reference,
+            prefix, reference,
         )  # fmt: skip
         run.extra["peak_rss_mb"] = memory.peak_rss_mb()
         return run

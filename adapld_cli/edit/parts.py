@@ -33,7 +33,7 @@ from adapld_cli.edit.files.source import SourceFile, decode_source
 from adapld_cli.edit.plan import Part, Plan, plan_parts, word
 from adapld_cli.edit.prompt import Prompt, conversation, extract_file
 from adapld_cli.edit.request import Backend, Generation, PreparedEdit, fit, prepare
-from adapld_cli.edit.splice import indent_of, reindent
+from adapld_cli.edit.splice import indent_of, reindent, spliced_answer
 from adapld_cli.edit.syntax import language_for, outline
 from adapld_cli.engine.types import GenerationConfig, Stats, StepEvent
 
@@ -123,11 +123,7 @@ def generate(
         if part.why == "imports" and not imports_only(original, code, prepared.lang):
             code = textwrap.dedent(original)  # the block is there for imports, nothing else
         done[part] = reindent(code, indent_of(lines[part.start - 1 : part.end]))
-    for part in reversed(plan.parts):
-        lines[part.start - 1 : part.end] = [done[part]]
-    spliced = "".join(lines)
-    fence = prepared.prompt.fence
-    text = spliced + ("" if spliced.endswith("\n") else "\n") + fence
+    text = spliced_answer(lines, done, prepared.prompt.fence)
     return Generation(text, stats, "stop_string", tokens, plan)
 
 
@@ -135,13 +131,13 @@ def _renamed(prepared: PreparedEdit, plan: Plan, method: str) -> Generation:
     """A mechanical rename plan's answer: each part with every whole-word ``old`` replaced by
     ``new``, spliced; no token generated."""
     lines = prepared.source.text.splitlines(keepends=True)
-    for part in reversed(plan.parts):
+    done: dict[Part, str] = {}
+    for part in plan.parts:
         code = "".join(lines[part.start - 1 : part.end])
         for old, new in plan.renames:
             code = word(old).sub(new, code)
-        lines[part.start - 1 : part.end] = [code]
-    spliced = "".join(lines)
-    text = spliced + ("" if spliced.endswith("\n") else "\n") + prepared.prompt.fence
+        done[part] = code
+    text = spliced_answer(lines, done, prepared.prompt.fence)
     return Generation(text, Stats(method=method), "stop_string", [], plan)
 
 

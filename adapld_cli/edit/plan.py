@@ -125,9 +125,7 @@ def plan_repair(original: str, rejected: str, lang: str | None, feedback: str) -
     definitions."""
     if lang != "python" or MISSING_NAME_RE.search(feedback):
         return None
-    if not is_structural(rejected, lang):
-        return None
-    if not is_structural(original, lang):
+    if not (is_structural(rejected, lang) and is_structural(original, lang)):
         return None
     lines, old_lines = rejected.splitlines(), original.splitlines()
     kept = {_text(old_lines, u) for u in _units(original, lang, outline(original, lang))}

@@ -191,10 +191,16 @@ def repair_conversation(base: Conversation, answer: str, feedback: str) -> Conve
     Built from ``base`` each time, so a third attempt's prompt is the first one plus only the
     latest note; everything before the note is the first prompt's, and its cache rows are
     reused."""
+    note = REPAIR_NOTE.format(feedback=feedback.strip())
+    return Conversation(_noted(base, note), base.opening, base.fence, reference=answer)
+
+
+def _noted(base: Conversation, note: str) -> list[dict[str, str]]:
+    """``base``'s messages (copies) with ``note`` added to the last user turn."""
     messages = [dict(m) for m in base.messages]
     last = max(i for i, m in enumerate(messages) if m["role"] == "user")
-    messages[last]["content"] += REPAIR_NOTE.format(feedback=feedback.strip())
-    return Conversation(messages, base.opening, base.fence, reference=answer)
+    messages[last]["content"] += note
+    return messages
 
 
 REPAIR_PART_NOTE = (
@@ -211,10 +217,8 @@ def repair_part_conversation(
     definition's first line up to its name) and ``code`` (the rejected definition) is the
     reference. As :func:`repair_conversation`, everything before the note is the first
     prompt's, and the notes of one repair's definitions differ only from ``name`` on."""
-    messages = [dict(m) for m in base.messages]
-    last = max(i for i, m in enumerate(messages) if m["role"] == "user")
-    messages[last]["content"] += REPAIR_PART_NOTE.format(feedback=feedback.strip(), name=name)
-    return Conversation(messages, base.opening + header, base.fence, reference=code)
+    note = REPAIR_PART_NOTE.format(feedback=feedback.strip(), name=name)
+    return Conversation(_noted(base, note), base.opening + header, base.fence, reference=code)
 
 
 def chat_text(tokenizer: Any, messages: list[dict[str, str]]) -> str:

@@ -24,7 +24,7 @@ from adapld_cli.edit.errors import InputError
 from adapld_cli.edit.plan import Part
 from adapld_cli.edit.prompt import extract_file, repair_part_conversation
 from adapld_cli.edit.request import Backend, Generation, PreparedEdit, fit
-from adapld_cli.edit.splice import indent_of, reindent
+from adapld_cli.edit.splice import indent_of, reindent, spliced_answer
 from adapld_cli.edit.syntax import parse
 from adapld_cli.engine.types import Stats, StepEvent
 
@@ -57,11 +57,7 @@ def repaired(
         code = first_definition(body, prepared.lang)
         if code is not None:
             done[part] = reindent(code, indent_of(lines[part.start - 1 : part.end]))
-    for part in reversed(plan.parts):
-        if part in done:
-            lines[part.start - 1 : part.end] = [done[part]]
-    spliced = "".join(lines)
-    text = spliced + ("" if spliced.endswith("\n") else "\n") + prepared.prompt.fence
+    text = spliced_answer(lines, done, prepared.prompt.fence)
     return Generation(
         text, stats or Stats(method=backend.options.method), "stop_string", tokens, plan
     )

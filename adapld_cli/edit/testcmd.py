@@ -107,6 +107,14 @@ def failure_feedback(run: TestRun) -> str:
     return f"{what}. Their output:\n\n{run.output.strip() or '(none)'}\n\nMake them pass."
 
 
+def refuse_failing(result: EditResult, run: TestRun) -> None:
+    """Make ``result``, which ``run`` failed, a refusal the model is told about: the tests'
+    output as its feedback, marked so that a repair may keep its other parts."""
+    result.status, result.message = Status.REFUSED, "tests failed"
+    result.feedback = failure_feedback(run)
+    result.tests_failed = True
+
+
 def bounded_output(text: str) -> str:
     """pytest's failure sections (and its summary) when present, else the last lines; at most
     :data:`TAIL_LINES` lines and :data:`TAIL_BYTES` bytes either way; a traceback's column
@@ -202,9 +210,7 @@ class TestJudge:
         src = result.source
         if snapshot is not None and outcome.written == src.path:
             result.source = replace(src, snapshot=snapshot)
-        result.status = Status.REFUSED
-        result.feedback = failure_feedback(run)
-        result.tests_failed = True
+        refuse_failing(result, run)
         self.failed = result
 
     def passed(self, outcome: Outcome, run: TestRun) -> Outcome:

@@ -180,6 +180,23 @@ def test_test_feedback_reports_pass_at_k(tiny_models, tmp_path):
             assert row["attempts"] == len(row["attempt_s"]) == len(expected)
             # the scripted rename fails the tests: its repair asks for bar and main by parts
             assert row["attempt_kinds"] == ["whole", "repair"][: len(expected)]
+            verdicts = ["passed"] if expected["1"] else ["refused: tests failed (exit 1: "] * 2
+            got = row["attempt_results"]
+            assert len(got) == len(verdicts), got
+            assert all(g.startswith(w) for g, w in zip(got, verdicts, strict=True)), got
+    # an unchanged answer fails the tests as the original does: asked again with their output
+    r = CliRunner().invoke(
+        app,
+        [
+            "bench", "--model", str(tiny_models["same"]), "--tasks", str(passing),
+            "--methods", "adapld", "--json", "-", "--run-tests", "--test-feedback",
+            "--attempts", "2", "--max-new-tokens", "64", "--threads", "1",
+        ],
+    )  # fmt: skip
+    assert r.exit_code == 0, r.stderr
+    for row in json.loads(r.stdout)["tasks"]:
+        assert row["attempts"] == 2 and row["passed_at"] is None, row
+        assert all(v.startswith("refused: tests failed (") for v in row["attempt_results"]), row
     r = CliRunner().invoke(app, ["bench", "--test-feedback", "--tasks", str(passing)])
     assert r.exit_code == 2 and "--test-feedback needs --run-tests" in r.stderr
 

@@ -78,6 +78,27 @@ def test_tests_that_fail_then_pass_keep_the_repair(edit, source_file, texts, tmp
     assert count.read_text().strip() == "3"
 
 
+def test_an_unchanged_answer_to_failing_tests_is_asked_again_with_their_output(
+    edit, source_file, tmp_path
+):
+    """The tests fail before the edit and the model changes nothing: the answer fails them
+    as the file did, so the next attempt hears their output (not only "unchanged"); in the
+    end the line says so, exit 1, the file untouched. Passing tests leave it unchanged, 0."""
+    original = source_file.read_bytes()
+    runs = tmp_path / "runs"
+    r = edit("--test", f"echo run >> {runs}; echo boom; exit 3", "-v", model="same")
+    assert r.exit_code == 1 and source_file.read_bytes() == original
+    assert "attempt 1 refused: The tests (" in r.stderr
+    assert "tests failed after 2 attempts (last: exit 3: boom); the file is as it was" in r.stderr
+    assert runs.read_text().count("run") == 1  # the baseline: nothing else changed the file
+    r = edit("--test", "true", model="same")
+    assert r.exit_code == 0 and source_file.read_bytes() == original
+    assert "calc.py: unchanged" in r.stderr
+    r = edit("--test", "exit 1", "--keep-failing", model="same")
+    assert r.exit_code == 0 and source_file.read_bytes() == original
+    assert "--keep-failing: left unchanged although the tests fail (exit 1" in r.stderr
+
+
 def test_keep_failing_writes_the_last_result_with_a_warning(edit, source_file, texts):
     r = edit("--test", "exit 1", "--keep-failing", "--attempts", "1")
     assert r.exit_code == 0, r.stderr

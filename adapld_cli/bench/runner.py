@@ -229,6 +229,7 @@ class BenchRunner:
         prefix = None if method in BASELINES else PrefixCache()
         attempts = Attempts(local, prep)
         kinds: list[str] = []
+        verdicts: list[str] = []
         for attempt in attempts:
             kinds.append(_kind(attempt.prepared.plan))
             timed = _Timed(self, local, method, prefix)
@@ -237,17 +238,23 @@ class BenchRunner:
             run = timed.run(generation, time.perf_counter() - started)
             runs.append(run)
             result = judge(attempt.prepared, generation, force=local.options.force)
-            if opts.test_feedback and task.tests and result.status is Status.CHANGED:
+            # an unchanged result is tested too: the tests fail on the original (a baseline
+            # that fails, as `adapld edit --test` tells the model), or it passes
+            tested_kinds, tested = (Status.CHANGED, Status.UNCHANGED), None
+            if opts.test_feedback and task.tests and result.status in tested_kinds:
                 tested = testrun.run(result.new_text, task.tests, opts.test_timeout)
                 if tested.passed:
                     passed_at = attempt.number
+                    verdicts.append("passed")
                     attempts.record(result)
                     break
                 refuse_failing(result, tested)
+            verdicts.append(_verdict(result, tested))
             attempts.record(result)
         result = attempts.result
         joined = _joined(runs, result.stats)
         joined.extra["attempt_kinds"] = kinds
+        joined.extra["attempt_results"] = verdicts
         return joined, attempts.first, result, passed_at
 
     def _measure(
@@ -405,10 +412,21 @@ def _row(task: Task, method: str, run: MethodRun, result: Any, first: Any) -> di
         "attempt_s": [round(s, 4) for s in run.extra.get("attempt_s", [wall])],
         # each attempt's kind: "whole" file, a "plan"'s parts, a "repair" by parts
         "attempt_kinds": run.extra.get("attempt_kinds", []),
+        # each attempt's verdict: "passed" (the tests), "changed", "unchanged", or
+        # "refused: <why>" (a check's reason, or the tests' one-line summary)
+        "attempt_results": run.extra.get("attempt_results", []),
         "first_status": first.status.value,
         "passed": None,
         "passed_first": None,
     }
+
+
+def _verdict(result: Any, tested: Any = None) -> str:
+    """One attempt's judged result in a line (the bench rows' ``attempt_results``): the
+    check's reason, or the failing tests' summary."""
+    why = f"tests failed ({tested.summary()})" if tested is not None else result.message or ""
+    why = why.split("\n")[0][:200]
+    return f"{result.status.value}: {why}" if why else result.status.value
 
 
 def _compare(*, rows: list[dict[str, Any]], ar_row: dict[str, Any], ar_tokens: list[int]) -> None:

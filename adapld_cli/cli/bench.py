@@ -305,6 +305,16 @@ def _report(console: Any, results: Any, out: _Outputs) -> int:
         _line(console, f"note: {line} (a transformers baseline: not an adapld bug)", "yellow")
     for line in doc.get("graph_fallbacks", []):
         _line(console, f"note: {line}", "yellow")
+    failing = sorted(t for t, ok in doc.get("reference_pass", {}).items() if not ok)
+    if failing:
+        names = ", ".join(failing[:4]) + (", ..." if len(failing) > 4 else "")
+        _line(
+            console,
+            f"note: {len(failing)} task(s) cannot pass here: their reference solution fails "
+            f"its tests ({names}); a missing package? `pip install 'adapld[bench]'` has what "
+            "CanItEdit's tests import",
+            "yellow",
+        )
     for line in doc["problems"]:
         _line(console, f"ERROR: {line}", "bold red")
     if doc["problems"]:

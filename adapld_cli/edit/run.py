@@ -259,11 +259,14 @@ class _Run:
     def generate_tested(self, backend: Backend, item: EditInput, tests: TestJudge) -> Outcome:
         """``--test``: as :meth:`generate`, but each changed result is applied and tested at
         once; one the tests fail is put back and repaired with their output
-        (:class:`~adapld_cli.edit.testcmd.TestJudge`). The file's outcome."""
+        (:class:`~adapld_cli.edit.testcmd.TestJudge`), as is an unchanged one when they failed
+        before the edit. The file's outcome."""
         attempts = self.attempts(backend, item)
         for attempt in attempts:
             result = self.attempt(backend, item, attempt)
-            if result.status is Status.CHANGED:
+            if result.status is Status.UNCHANGED:
+                tests.refuse_unchanged(result)  # failing before: the model hears why
+            elif result.status is Status.CHANGED:
                 with self.signals.deferred():
                     outcome = self.apply(result, item)
                 if outcome.written is None:  # not written (refused, error): nothing to test

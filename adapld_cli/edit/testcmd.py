@@ -179,6 +179,7 @@ class TestJudge:
         self.baseline: TestRun | None = None
         self.last: TestRun | None = None
         self.failed: EditResult | None = None  # the latest result the tests failed
+        self.unchanged: EditResult | None = None  # ... when it was the file unchanged
 
     def run_baseline(self) -> TestRun:
         """Run the tests on the untouched files, before any edit."""
@@ -213,6 +214,18 @@ class TestJudge:
         refuse_failing(result, run)
         self.failed = result
 
+    def refuse_unchanged(self, result: EditResult) -> bool:
+        """An unchanged result while the tests failed before the edit: it fails them as the
+        file did (they are not run again), so it is refused with the baseline's output as its
+        feedback, and the next attempt is told what fails (the issue's "judged by whether it
+        makes the tests pass"). False, ``result`` untouched, when the tests passed before."""
+        base = self.baseline
+        if base is None or base.passed:
+            return False
+        refuse_failing(result, base)
+        self.failed = self.unchanged = result
+        return True
+
     def passed(self, outcome: Outcome, run: TestRun) -> Outcome:
         """The outcome of a written result the tests pass."""
         before = self.baseline is not None and not self.baseline.passed
@@ -224,15 +237,19 @@ class TestJudge:
     def finished(self, result: EditResult) -> EditResult:
         """The last result after the attempts were spent: a test failure gets its line, or,
         with ``keep_failing``, is made writable again."""
-        if result is not self.failed or self.last is None:
+        unchanged = result is self.unchanged
+        run = self.baseline if unchanged else self.last
+        if result is not self.failed or run is None:
             return result
-        summary = self.last.summary()
+        summary = run.summary()
         if self.config.keep_failing:
-            result.status = Status.CHANGED
-            result.message = f"--keep-failing: written although the tests fail ({summary})"
+            result.status = Status.UNCHANGED if unchanged else Status.CHANGED
+            done = "left unchanged" if unchanged else "written"
+            result.message = f"--keep-failing: {done} although the tests fail ({summary})"
         else:
             tries = f"{result.attempts} attempt{'s' if result.attempts != 1 else ''}"
-            result.message = f"tests failed after {tries} (last: {summary}); file restored"
+            end = "the file is as it was" if unchanged else "file restored"
+            result.message = f"tests failed after {tries} (last: {summary}); {end}"
         return result
 
     def report(self, outcome: Outcome) -> Outcome:

@@ -40,6 +40,11 @@ TAIL_BYTES = 4096
 _PYTEST_FAILURES = re.compile(r"^=+ (FAILURES|ERRORS) =+$", re.MULTILINE)
 _PYTEST_SUMMARY = re.compile(r"^=+ short test summary info =+$", re.MULTILINE)
 _MARKERS = re.compile(r"^[ \t]*[~^]+[ \t~^]*\n", re.MULTILINE)  # a traceback's column markers
+# what differs from run to run in the same failure: object addresses, pytest's timing
+_ADDRESSES = re.compile(r" at 0x[0-9a-fA-F]+\b")
+_PYTEST_TIME = re.compile(
+    r"(?<=[a-z]) in \d+(?:\.\d+)?s(?: \(\d+:\d\d:\d\d\))?(?=(?: =+)?$)", re.MULTILINE
+)
 
 
 @dataclass(frozen=True)
@@ -118,8 +123,9 @@ def refuse_failing(result: EditResult, run: TestRun) -> None:
 def bounded_output(text: str) -> str:
     """pytest's failure sections (and its summary) when present, else the last lines; at most
     :data:`TAIL_LINES` lines and :data:`TAIL_BYTES` bytes either way; a traceback's column
-    markers dropped."""
-    text = _MARKERS.sub("", text)
+    markers, object addresses and pytest's timing dropped, so that the same failure is told
+    in the same words (and a greedy repair of it is the same)."""
+    text = _PYTEST_TIME.sub("", _ADDRESSES.sub("", _MARKERS.sub("", text)))
     start = _PYTEST_FAILURES.search(text)
     if start is not None:
         end = _PYTEST_SUMMARY.search(text, start.end())

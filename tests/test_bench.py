@@ -57,6 +57,21 @@ def _write_tasks(path, n=2):
     return path
 
 
+def test_a_failing_assert_is_told_what_it_compared():
+    """The verdict is plain Python's; a failure's words are pytest's (its asserts rewritten),
+    told the same way each time."""
+    code = "def double(x):\n    return x + 1\n"
+    tests = "### START TESTS ###\nif True:\n    assert double(3) == 6\n"
+    run = testrun.run(code, tests, timeout=30)
+    assert not run.passed and run.exit_code == 1
+    assert "assert 4 == 6" in run.output and "where 4 = <function double>(3)" in run.output
+    assert testrun.run(code.replace("x + 1", "2 * x"), tests, timeout=30).passed
+    crash = testrun.run(code, "import sys\nsys.exit(3)\n", timeout=30)
+    assert (
+        crash.exit_code == 3 and not crash.passed
+    )  # the verdict is Python's, whatever pytest says
+
+
 def test_builtin_suite_is_sound():
     """The shipped tasks: each reference solution passes its tests and the original fails."""
     tasks = load_tasks()

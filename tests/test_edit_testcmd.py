@@ -171,3 +171,21 @@ def test_pytest_output_puts_the_failure_first():
     assert "FAILED test_inv.py::test_remove - AssertionError" in run.output
     assert len(run.output.splitlines()) <= TAIL_LINES + 1
     assert run.summary() == "exit 1: FAILED test_inv.py::test_remove - AssertionError"
+
+
+def test_the_same_failure_is_told_in_the_same_words():
+    """What changes between two runs of one failure (object addresses, pytest's timing) is
+    dropped, so that a greedy repair of it does not change with them."""
+    from adapld_cli.edit.testcmd import bounded_output
+
+    def told(address: str, seconds: str) -> str:
+        return bounded_output(
+            "E    +  where 17 = <function vowel_count at 0x" + address + ">('ab')\n"
+            "FAILED t.py::test_a - assert 17 == 15\n"
+            f"========= 1 failed, 2 passed in {seconds}s =========\n1 error in {seconds}s"
+        )
+
+    first = told("7f6228e13d80", "0.52")
+    assert first == told("7fa8b9ee7d80", "12.01")
+    assert "<function vowel_count>('ab')" in first and "1 failed, 2 passed =" in first
+    assert first.endswith("\n1 error") and "assert 17 == 15" in first

@@ -4,10 +4,12 @@ Contract: iterate over :class:`Attempts` to get each attempt's :class:`Attempt` 
 edit to generate), and :meth:`Attempts.record` each judged result before asking for the next;
 :attr:`Attempts.result` is the one result that may be written. Another attempt is made while
 the last result carries feedback for the model (refused by a check, unchanged, or changed but
-using undefined names), fewer than ``options.attempts`` generations ran, and the repair prompt
-(the first attempt's conversation, the rejected file and the feedback) fits the context; after
-the tests failed a result, the repair asks only for the parts of it that the edit changed or
-the failure names, when they are a small enough share of it (:func:`repair_plan`). A
+using undefined names), fewer than ``options.attempts`` generations ran, the repair prompt
+(the first attempt's conversation, the rejected file and the feedback) fits the context, and
+it is not the last attempt's prompt again (:func:`repeats`: greedy decoding would give the
+same answer); after the tests failed a result, the repair asks only for the parts of it that
+the edit changed or the failure names, when they are a small enough share of it
+(:func:`repair_plan`). A
 changed result is never traded for a later one that is refused or unchanged: the changed one
 stays the result, counting every attempt's work.
 
@@ -55,7 +57,7 @@ class Attempts:
             if self._settled or result.attempts >= self.backend.options.attempts:
                 return
             retry = repair_request(self.backend, prepared, result)
-            if retry is None:
+            if retry is None or repeats(retry, prepared):
                 return
             prepared = retry
             yield Attempt(result.attempts + 1, prepared, result)
@@ -89,6 +91,19 @@ def repair_request(
     if retry is not None:
         retry.base = prepared.first
     return retry
+
+
+def repeats(retry: PreparedEdit, last: PreparedEdit) -> bool:
+    """Whether ``retry`` would be the attempt just made again: a repair whose answer was
+    the result it repaired, told the same feedback, under greedy decoding, which would give
+    the same answer once more (the prompts, the drafts' reference and the plan all equal).
+    Such an attempt is not made: it would cost a generation and change nothing."""
+    return (
+        last.config.greedy
+        and retry.conversation == last.conversation
+        and retry.plan == last.plan
+        and retry.config == last.config
+    )
 
 
 def repair_plan(

@@ -175,17 +175,21 @@ def test_test_feedback_reports_pass_at_k(tiny_models, tmp_path):
     passing = _write_tasks(tmp_path / "tasks.jsonl")
     failing = tmp_path / "failing.jsonl"
     failing.write_text(passing.read_text().replace("== 3", "== 4"))
-    for path, expected in ((passing, {"1": 1.0}), (failing, {"1": 0.0, "2": 0.0})):
+
+    def bench(model, path, methods):
         r = CliRunner().invoke(
             app,
             [
-                "bench", "--model", str(tiny_models["rename"]), "--tasks", str(path),
-                "--methods", "ar,adapld", "--json", "-", "--run-tests", "--test-feedback",
+                "bench", "--model", str(tiny_models[model]), "--tasks", str(path),
+                "--methods", methods, "--json", "-", "--run-tests", "--test-feedback",
                 "--attempts", "2", "--max-new-tokens", "64", "--threads", "1",
             ],
         )  # fmt: skip
         assert r.exit_code == 0, r.stderr
-        doc = json.loads(r.stdout)
+        return json.loads(r.stdout)
+
+    for path, expected in ((passing, {"1": 1.0}), (failing, {"1": 0.0, "2": 0.0})):
+        doc = bench("rename", path, "ar,adapld")
         for name, s in doc["methods"].items():
             assert s["pass_at_k_feedback"] == expected, name
             assert s["identical_to_ar"] == 2, name  # repairs reuse the first prefill
@@ -200,16 +204,7 @@ def test_test_feedback_reports_pass_at_k(tiny_models, tmp_path):
             assert len(got) == len(verdicts), got
             assert all(g.startswith(w) for g, w in zip(got, verdicts, strict=True)), got
     # an unchanged answer fails the tests as the original does: asked again with their output
-    r = CliRunner().invoke(
-        app,
-        [
-            "bench", "--model", str(tiny_models["same"]), "--tasks", str(passing),
-            "--methods", "adapld", "--json", "-", "--run-tests", "--test-feedback",
-            "--attempts", "2", "--max-new-tokens", "64", "--threads", "1",
-        ],
-    )  # fmt: skip
-    assert r.exit_code == 0, r.stderr
-    for row in json.loads(r.stdout)["tasks"]:
+    for row in bench("same", passing, "adapld")["tasks"]:
         assert row["attempts"] == 2 and row["passed_at"] is None, row
         assert all(v.startswith("refused: tests failed (") for v in row["attempt_results"]), row
     r = CliRunner().invoke(app, ["bench", "--test-feedback", "--tasks", str(passing)])

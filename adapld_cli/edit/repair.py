@@ -9,9 +9,8 @@ using undefined names), fewer than ``options.attempts`` generations ran, the rep
 it is not the last attempt's prompt again (:func:`repeats`: greedy decoding would give the
 same answer); after the tests failed a result, the repair asks only for the parts of it that
 the edit changed or the failure names, when they are a small enough share of it
-(:func:`repair_plan`). A
-changed result is never traded for a later one that is refused or unchanged: the changed one
-stays the result, counting every attempt's work.
+(:func:`repair_plan`). A changed result is never traded for a later one that is refused or
+unchanged: the changed one stays the result, counting every attempt's work.
 
 The loop calls nothing back: whoever iterates generates and judges (the run with its live
 panel, the benchmark with its timers, :func:`adapld_cli.edit.edit_file` with neither).

@@ -223,8 +223,9 @@ class TestJudge:
     def refuse_unchanged(self, result: EditResult) -> bool:
         """An unchanged result while the tests failed before the edit: it fails them as the
         file did (they are not run again), so it is refused with the baseline's output as its
-        feedback, and the next attempt is told what fails (the issue's "judged by whether it
-        makes the tests pass"). False, ``result`` untouched, when the tests passed before."""
+        feedback and the next attempt is told what fails: with failing tests, an edit is
+        judged by whether it makes them pass. False, ``result`` untouched, when the tests
+        passed before."""
         base = self.baseline
         if base is None or base.passed:
             return False

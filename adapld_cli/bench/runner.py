@@ -240,8 +240,8 @@ class BenchRunner:
             result = judge(attempt.prepared, generation, force=local.options.force)
             # an unchanged result is tested too: the tests fail on the original (a baseline
             # that fails, as `adapld edit --test` tells the model), or it passes
-            tested_kinds, tested = (Status.CHANGED, Status.UNCHANGED), None
-            if opts.test_feedback and task.tests and result.status in tested_kinds:
+            tested = None
+            if opts.test_feedback and task.tests and result.status is not Status.REFUSED:
                 tested = testrun.run(result.new_text, task.tests, opts.test_timeout)
                 if tested.passed:
                     passed_at = attempt.number
@@ -421,7 +421,7 @@ def _row(task: Task, method: str, run: MethodRun, result: Any, first: Any) -> di
     }
 
 
-def _verdict(result: Any, tested: Any = None) -> str:
+def _verdict(result: Any, tested: Any) -> str:
     """One attempt's judged result in a line (the bench rows' ``attempt_results``): the
     check's reason, or the failing tests' summary."""
     why = f"tests failed ({tested.summary()})" if tested is not None else result.message or ""

@@ -220,18 +220,16 @@ class TestJudge:
         refuse_failing(result, run)
         self.failed = result
 
-    def refuse_unchanged(self, result: EditResult) -> bool:
+    def refuse_unchanged(self, result: EditResult) -> None:
         """An unchanged result while the tests failed before the edit: it fails them as the
         file did (they are not run again), so it is refused with the baseline's output as its
         feedback and the next attempt is told what fails: with failing tests, an edit is
-        judged by whether it makes them pass. False, ``result`` untouched, when the tests
+        judged by whether it makes them pass. ``result`` is left as it is when the tests
         passed before."""
         base = self.baseline
-        if base is None or base.passed:
-            return False
-        refuse_failing(result, base)
-        self.failed = self.unchanged = result
-        return True
+        if base is not None and not base.passed:
+            refuse_failing(result, base)
+            self.failed = self.unchanged = result
 
     def passed(self, outcome: Outcome, run: TestRun) -> Outcome:
         """The outcome of a written result the tests pass."""

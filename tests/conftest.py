@@ -110,9 +110,11 @@ def successor_model(
 
 
 def build_model(tokenizer, script: list[str], *, max_positions: int = 32768, seed: int = 0):
-    """A model that answers ``script`` (distinct tokens) after any fence opener."""
+    """A model that answers ``script`` (distinct tokens) after any fence opener, and at the
+    start of its turn (after the newline that opens it: an answer asked to explain first
+    starts there, and this one gives the file alone)."""
     ids = [token_id(tokenizer, k) for k in script]
-    nxt: dict[int, int] = {}
+    nxt: dict[int, int] = {tokenizer.convert_tokens_to_ids("\u010a"): ids[0]}  # byte "\n"
     for opener in FENCE_OPEN:
         nxt[tokenizer.get_vocab()[opener]] = ids[0]
     for a, b in zip(ids, ids[1:], strict=False):

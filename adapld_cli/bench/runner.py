@@ -231,7 +231,7 @@ class BenchRunner:
         kinds: list[str] = []
         verdicts: list[str] = []
         for attempt in attempts:
-            kinds.append(_kind(attempt.prepared.plan))
+            kinds.append(_kind(attempt.prepared))
             timed = _Timed(self, local, method, prefix)
             started = time.perf_counter()
             generation = generate(timed, attempt.prepared)
@@ -354,11 +354,12 @@ def unrelated_changes(task: Task, new_text: str) -> list[str]:
     return sorted({n for n in names if n not in allowed})
 
 
-def _kind(plan: Any) -> str:
-    """What an attempt generates: the "whole" file, a first attempt's "plan" (parts), or a
-    "repair" by parts."""
+def _kind(prepared: Any) -> str:
+    """What an attempt generates: the "whole" file, a "fix" of a failing result (its cause
+    first, then the whole file), a first attempt's "plan" (parts), or a "repair" by parts."""
+    plan, conv = prepared.plan, prepared.conversation
     if plan is None:
-        return "whole"
+        return "fix" if conv is not None and conv.explain else "whole"
     return "repair" if plan.base is not None else "plan"
 
 

@@ -86,6 +86,7 @@ class EditResult:
     plan: Any = None  # edit.parts.Plan the result was spliced by (None: the whole file)
     # the tests failed it after every check passed: a repair may keep its other parts
     tests_failed: bool = False
+    test_run: Any = None  # edit.testcmd.TestRun: the run that failed it (with tests_failed)
 
     def __post_init__(self) -> None:
         self.status = Status(self.status)  # "changed" given as a plain string counts too

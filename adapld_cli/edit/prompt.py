@@ -145,10 +145,16 @@ class Conversation:
     opening: str
     fence: str
     reference: str = ""  # text the drafts copy from besides the prompt (a rejected answer)
+    # the answer says why before it gives the file: its opening holds no fence, and it runs
+    # to the end of the turn (see fix_conversation)
+    explain: bool = False
 
     @property
     def with_opening(self) -> list[dict[str, str]]:
-        """The messages plus the opening as the assistant turn to continue."""
+        """The messages plus the opening as the assistant turn to continue (none when the
+        opening is empty: the answer starts a turn of its own)."""
+        if not self.opening:
+            return list(self.messages)
         return [*self.messages, {"role": "assistant", "content": self.opening}]
 
 
@@ -219,6 +225,53 @@ def repair_part_conversation(
     prompt's, and the notes of one repair's definitions differ only from ``name`` on."""
     note = REPAIR_PART_NOTE.format(feedback=feedback.strip(), name=name)
     return Conversation(_noted(base, note), base.opening + header, base.fence, reference=code)
+
+
+FIX_REQUEST = (
+    "{instruction}\n\nThis file already tries to make that change, but the tests fail with it "
+    "({how}). Their output:\n\n{output}\n\nFix the file so that the tests pass."
+)
+EXPLAIN_NOTE = (
+    " First say in one or two sentences what causes the failure, then reply with the complete "
+    "fixed file in a single code block."
+)
+
+
+def fix_conversation(
+    template: PromptTemplate,
+    *,
+    code: str,
+    instruction: str,
+    how: str,
+    output: str,
+    filename: str,
+    lang: str | None,
+) -> Conversation:
+    """A request to fix ``code``, an answer the tests fail: the template's conversation with
+    ``code`` as the file and, as the instruction, ``instruction``, that the tests fail with it
+    (``how``: ``exit 1``), their ``output`` and "fix the file so that the tests pass", then a
+    note asking first for the cause in a sentence or two, then the whole file. The answer
+    starts its own turn (no fence opened: ``explain``) and ``code`` is the drafts' reference.
+
+    Why this form (docs/design.md, "Fixing a failing result"): told the tests' output as a note
+    on its first request, the default model regenerates its first answer; handed that answer
+    as the user's file and asked to name the cause first, it sometimes fixes it."""
+    request = FIX_REQUEST.format(instruction=instruction, how=how, output=output.strip())
+    conv = conversation(template, code=code, instruction=request, filename=filename, lang=lang)
+    return Conversation(
+        _noted(conv, EXPLAIN_NOTE), template.assistant_prefix, conv.fence, code, explain=True
+    )
+
+
+def after_explanation(text: str, fence: str) -> str:
+    """An explaining answer's text from the line after the fence that opens its code block,
+    as :func:`extract_file` takes an answer: the first line starting with ``fence`` when it
+    names a language (```` ```python ````) or a later fence line closes it. ``text`` itself
+    otherwise: an answer that gave the file alone, up to its closing fence."""
+    lines = list(re.finditer(rf"^{re.escape(fence)}([^\n]*)(?:\n|$)", text, re.MULTILINE))
+    if not lines or (len(lines) == 1 and not lines[0].group(1).strip()):
+        return text
+    return text[lines[0].end() :]
 
 
 def chat_text(tokenizer: Any, messages: list[dict[str, str]]) -> str:

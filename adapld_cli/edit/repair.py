@@ -7,10 +7,14 @@ the last result carries feedback for the model (refused by a check, unchanged, o
 using undefined names), fewer than ``options.attempts`` generations ran, the repair prompt
 (the first attempt's conversation, the rejected file and the feedback) fits the context, and
 it is not the last attempt's prompt again (:func:`repeats`: greedy decoding would give the
-same answer); after the tests failed a result, the repair asks only for the parts of it that
-the edit changed or the failure names, when they are a small enough share of it
-(:func:`repair_plan`). A changed result is never traded for a later one that is refused or
-unchanged: the changed one stays the result, counting every attempt's work.
+same answer). Which repair (:func:`repairs`, the first that fits and is not a repeat): the
+first request with the feedback as a note, or, after the tests failed a result, only the
+parts of it that the edit changed or the failure names, when they are a small enough share
+of it (:func:`repair_plan`); and after the tests failed a result, the fix request
+(:func:`fix_request`: that result shown as the file, the tests' output, the cause asked for
+first), first for a result that changed the file, second for one that did not. A changed
+result is never traded for a later one that is refused or unchanged: the changed one stays
+the result, counting every attempt's work.
 
 The loop calls nothing back: whoever iterates generates and judges (the run with its live
 panel, the benchmark with its timers, :func:`adapld_cli.edit.edit_file` with neither).
@@ -18,11 +22,11 @@ panel, the benchmark with its timers, :func:`adapld_cli.edit.edit_file` with nei
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, fields, replace
 
 from adapld_cli.edit.judge import EditResult, Status
-from adapld_cli.edit.prompt import Conversation, repair_conversation
+from adapld_cli.edit.prompt import Conversation, fix_conversation, repair_conversation
 from adapld_cli.edit.request import Backend, PreparedEdit, refit
 from adapld_cli.engine.types import Stats
 
@@ -55,8 +59,8 @@ class Attempts:
             assert result is not None, "record() each attempt's result before the next"
             if self._settled or result.attempts >= self.backend.options.attempts:
                 return
-            retry = repair_request(self.backend, prepared, result)
-            if retry is None or repeats(retry, prepared):
+            retry = next_attempt(self.backend, prepared, result)
+            if retry is None:
                 return
             prepared = retry
             yield Attempt(result.attempts + 1, prepared, result)
@@ -74,6 +78,34 @@ class Attempts:
         self.result = latest
 
 
+Repair = Callable[[Backend, PreparedEdit, EditResult], "PreparedEdit | None"]
+
+
+def next_attempt(
+    backend: Backend, prepared: PreparedEdit, result: EditResult
+) -> PreparedEdit | None:
+    """The attempt after ``result``, ``prepared``'s answer: the first of :func:`repairs` that
+    fits and is not ``prepared`` again (:func:`repeats`); ``None`` when none is left."""
+    for make in repairs(prepared, result):
+        retry = make(backend, prepared, result)
+        if retry is not None and not repeats(retry, prepared):
+            return retry
+    return None
+
+
+def repairs(prepared: PreparedEdit, result: EditResult) -> tuple[Repair, ...]:
+    """The repairs to try after ``result``, in order: :func:`repair_request` (the first request
+    with a note, or by parts); after the tests failed it, :func:`fix_request` as well: first
+    when the result changed the file (an attempt with a bug: shown it and asked for the cause,
+    the model fixes some), second when it did not (told the tests' output on its first
+    request, the model makes the change on some; docs/design.md, "Fixing a failing result")."""
+    if not result.tests_failed:
+        return (repair_request,)
+    if result.new_text == prepared.source.text:
+        return (repair_request, fix_request)
+    return (fix_request, repair_request)
+
+
 def repair_request(
     backend: Backend, prepared: PreparedEdit, result: EditResult
 ) -> PreparedEdit | None:
@@ -86,6 +118,30 @@ def repair_request(
     conv = repair_conversation_for(prepared, result)
     if conv is None:
         return None
+    retry = refit(backend, prepared, conv)
+    if retry is not None:
+        retry.base = prepared.first
+    return retry
+
+
+def fix_request(
+    backend: Backend, prepared: PreparedEdit, result: EditResult
+) -> PreparedEdit | None:
+    """After the tests failed ``result``: the request to fix it, shown as the file, with the
+    instruction, the tests' output and a note asking first for the cause
+    (:func:`~adapld_cli.edit.prompt.fix_conversation`), fitted into ``backend``'s context;
+    ``None`` otherwise (a refusal by a check: not a file to build on) or when it does not fit.
+    An unchanged result is the original file, and fixing it is the edit. The scope guard
+    still judges the answer against the original file."""
+    run = result.test_run
+    if not result.tests_failed or run is None:
+        return None
+    timed_out = run.exit_code is None
+    how = f"no end within {run.timeout:g} s" if timed_out else f"exit {run.exit_code}"
+    conv = fix_conversation(
+        backend.template, code=result.new_text, instruction=prepared.instruction, how=how,
+        output=run.output, filename=prepared.source.name, lang=prepared.lang,
+    )  # fmt: skip
     retry = refit(backend, prepared, conv)
     if retry is not None:
         retry.base = prepared.first

@@ -163,7 +163,7 @@ def fit(
     config = GenerationConfig(
         max_new_tokens=max(1, budget),
         stop_token_ids=context.stop_ids,
-        stop_strings=(prompt.stop_string,),
+        stop_strings=_stops(conv, prompt),
         temperature=options.temperature,
         top_p=options.top_p,
         seed=options.seed,
@@ -190,7 +190,7 @@ def _for_server(
     prompt = Prompt(text="", ids=[], fence=conv.fence, stop_string="\n" + conv.fence)
     config = GenerationConfig(
         max_new_tokens=options.max_new_tokens or 0,
-        stop_strings=(prompt.stop_string,),
+        stop_strings=_stops(conv, prompt),
         temperature=options.temperature,
         top_p=options.top_p,
         seed=options.seed,
@@ -199,3 +199,9 @@ def _for_server(
         source=source, instruction=instruction, lang=lang, prompt=prompt, config=config,
         source_tokens=0, context_limit=None, conversation=conv,
     )  # fmt: skip
+
+
+def _stops(conv: Conversation, prompt: Prompt) -> tuple[str, ...]:
+    """Where an answer ends: the closing fence, or, for an answer that explains first (its
+    first fence opens the file), the end of the turn."""
+    return () if conv.explain else (prompt.stop_string,)

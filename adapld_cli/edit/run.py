@@ -307,8 +307,11 @@ class _Run:
             feedback = (attempt.previous.feedback or "").split("\n")[0]
             plan = attempt.prepared.plan
             again = "Asking again"
+            conv = attempt.prepared.conversation
             if plan is not None and plan.base is not None:  # a repair by parts
                 again += " for " + ", ".join(p.name for p in plan.parts)
+            elif conv is not None and conv.explain:  # shown the failing file
+                again = "Asking for the cause and a fixed file"
             self.view.info(
                 f"{item.name}: attempt {attempt.previous.attempts} "
                 f"{attempt.previous.status}: {feedback} {again}."

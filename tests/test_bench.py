@@ -197,8 +197,8 @@ def test_test_feedback_reports_pass_at_k(tiny_models, tmp_path):
         for row in doc["tasks"]:
             assert row["passed_at"] == (1 if expected["1"] else None)
             assert row["attempts"] == len(row["attempt_s"]) == len(expected)
-            # the scripted rename fails the tests: its repair asks for bar and main by parts
-            assert row["attempt_kinds"] == ["whole", "repair"][: len(expected)]
+            # the scripted rename fails the tests: its repair shows it as the file to fix
+            assert row["attempt_kinds"] == ["whole", "fix"][: len(expected)]
             verdicts = ["passed"] if expected["1"] else ["refused: tests failed (exit 1: "] * 2
             got = row["attempt_results"]
             assert len(got) == len(verdicts), got

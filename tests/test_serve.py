@@ -418,15 +418,17 @@ def test_verbose_logs_each_answers_timings(tiny_models, home):
 
 
 def test_a_repair_by_parts_goes_through_the_server(rename, tmp_path, monkeypatch):
-    """After the tests fail a result, the repair asks the server for each definition the
-    edit changed: the answer opened with its header, four stop strings (an OpenAI server's
-    most); the tests failing still, the file is put back."""
+    """After the tests fail a result, the server is asked for the cause and a fixed file (no
+    stop string, no opened fence), then, that answer failing the same way, for each
+    definition the edit changed: the answer opened with its header, four stop strings (an
+    OpenAI server's most); the tests failing still, the file is put back."""
     monkeypatch.chdir(tmp_path)
     path = tmp_path / "calc.py"
     path.write_text(SOURCE)
-    result = CliRunner().invoke(app, ["edit", "calc.py", "-i", "rename foo to bar", "--server",
-                                      rename.url, "--test", "exit 1", "-v"])  # fmt: skip
+    argv = ["edit", "calc.py", "-i", "rename foo to bar", "--server", rename.url]
+    result = CliRunner().invoke(app, [*argv, "--test", "exit 1", "-v", "--attempts", "3"])
     assert result.exit_code == 1, result.stderr
+    assert "Asking for the cause and a fixed file." in result.stderr
     assert "Asking again for bar, main." in result.stderr
-    assert "tests failed after 2 attempts (last: exit 1: no output); file restored" in result.stderr
+    assert "tests failed after 3 attempts (last: exit 1: no output); file restored" in result.stderr
     assert path.read_text() == SOURCE

@@ -18,7 +18,7 @@ from adapld_cli.edit.prompt import REPAIR_NOTE, REPAIR_PART_NOTE
 from adapld_cli.edit.repair import repair_request
 from adapld_cli.edit.repair_parts import UNIT_STOPS, first_definition
 from adapld_cli.edit.request import Generation
-from adapld_cli.edit.testcmd import bounded_output
+from adapld_cli.edit.testcmd import TestRun, bounded_output
 from adapld_cli.engine.types import Stats
 from tests.test_edit_parts import Rewriter
 
@@ -134,7 +134,8 @@ def _failed(backend, src, text: str) -> tuple:
     first = prepare(backend, src, "Make size double and add grow")
     result = judge(first, Generation(text + "```", Stats(), "stop_string"))
     assert result.status is Status.CHANGED
-    result.status, result.feedback, result.tests_failed = Status.REFUSED, FAILURE, True
+    result.status, result.feedback = Status.REFUSED, FAILURE
+    result.test_run = TestRun("pytest -q", 1, 0.1, FAILURE, 300.0)
     return first, result
 
 
@@ -184,7 +185,7 @@ def test_other_repairs_stay_whole_file():
     backend = Answers()
     first, result = _failed(backend, src, REJECTED)
     for variant, options in (
-        (replace(result, tests_failed=False), backend.options),
+        (replace(result, test_run=None), backend.options),
         (replace(result, undefined="logger (line 3)"), backend.options),
         (result, EditOptions(parts=False)),
         (replace(result, new_text=REJECTED.replace("LIMIT = 3", "LIMIT = 4")), backend.options),

@@ -84,12 +84,16 @@ class EditResult:
     attempts: int = 1  # generations this result took (the first + repairs)
     undefined: str | None = None  # names it uses and never defines (edit.lint), if any
     plan: Any = None  # edit.parts.Plan the result was spliced by (None: the whole file)
-    # the tests failed it after every check passed: a repair may keep its other parts
-    tests_failed: bool = False
-    test_run: Any = None  # edit.testcmd.TestRun: the run that failed it (with tests_failed)
+    # edit.testcmd.TestRun: the run of the tests that failed it after every check passed
+    test_run: Any = None
 
     def __post_init__(self) -> None:
         self.status = Status(self.status)  # "changed" given as a plain string counts too
+
+    @property
+    def tests_failed(self) -> bool:
+        """The tests failed it after every check passed: a repair may keep its other parts."""
+        return self.test_run is not None
 
     @property
     def exit_code(self) -> int:

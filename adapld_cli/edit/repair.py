@@ -134,7 +134,7 @@ def fix_request(
     An unchanged result is the original file, and fixing it is the edit. The scope guard
     still judges the answer against the original file."""
     run = result.test_run
-    if not result.tests_failed or run is None:
+    if run is None:
         return None
     timed_out = run.exit_code is None
     how = f"no end within {run.timeout:g} s" if timed_out else f"exit {run.exit_code}"

@@ -117,7 +117,7 @@ def refuse_failing(result: EditResult, run: TestRun) -> None:
     output as its feedback, marked so that a repair may keep its other parts."""
     result.status, result.message = Status.REFUSED, "tests failed"
     result.feedback = failure_feedback(run)
-    result.tests_failed, result.test_run = True, run
+    result.test_run = run
 
 
 def bounded_output(text: str) -> str:

@@ -108,6 +108,27 @@ def test_stops_earliest_wins():
     assert sc.cut([0, bt, bt, bt], 1) == (1, "stop_string")
 
 
+def test_stop_block_ends_at_the_fence_that_closes_the_first_block():
+    tok = CharTokenizer()
+    ids = {c: i for i, c in enumerate(tok.alphabet)}
+    sc = StopChecker(GenerationConfig(max_new_tokens=100, stop_block="```"), tok, None)
+
+    def cut(text, new):
+        return sc.cut([ids[c] for c in text], new)
+
+    # words with inline backticks, a block opened with a language, the file, the fence
+    text = "a `b` c\n```ab\nfg\n```\nhij"
+    end = text.index("```\nhij") + 3
+    assert cut(text, len(text)) == (end, "stop_string")
+    assert cut(text[: end - 1], 5) == (5, None)  # the closing fence not complete yet
+    assert cut("```\nab\n```", 11) == (11, "stop_string")  # a bare opening fence
+    assert cut("```\nab", 6) == (6, None)  # an opening fence alone stops nothing
+    assert cut("a\n``` b", 8) == (8, None)  # no line after the opening one
+    assert cut("```\n```", 7) == (7, "stop_string")  # an empty block
+    # the block may close in a later step than the one that opened it
+    assert cut("```a\nb\n```", 1) == (1, "stop_string")
+
+
 @pytest.mark.parametrize("arch", ["llama", "qwen2", "gpt2"])
 def test_cache_compaction_matches_recompute(arch):
     model = tiny_model(arch)

@@ -367,9 +367,11 @@ def _joined(runs: list[MethodRun], stats: Any) -> MethodRun:
     """Several attempts as one run: their tokens one after another (a ``-1`` between two
     attempts, so a method compares equal to ``ar`` only attempt by attempt), ``stats`` (the
     attempts' statistics added up), the last stop reason, the wall times added (each one's
-    in ``extra["attempt_s"]``), the highest peak memory."""
+    in ``extra["attempt_s"]``, where its time went in ``extra["attempt_stats"]``), the highest
+    peak memory."""
     if len(runs) == 1:
         runs[0].extra["attempt_s"] = [runs[0].wall_s]
+        runs[0].extra["attempt_stats"] = [_attempt_stats(runs[0].stats)]
         return runs[0]
     tokens: list[int] = []
     for i, run in enumerate(runs):
@@ -377,7 +379,21 @@ def _joined(runs: list[MethodRun], stats: Any) -> MethodRun:
     peaks = [r.extra["peak_rss_mb"] for r in runs if r.extra.get("peak_rss_mb") is not None]
     extra: dict[str, Any] = {"peak_rss_mb": max(peaks)} if peaks else {}
     extra["attempt_s"] = [r.wall_s for r in runs]
+    extra["attempt_stats"] = [_attempt_stats(r.stats) for r in runs]
     return MethodRun(tokens, stats, runs[-1].stop_reason, sum(r.wall_s for r in runs), extra=extra)
+
+
+def _attempt_stats(stats: Any) -> dict[str, float]:
+    """Where one attempt's time went: the prompt (its positions, those taken over from the
+    prefix cache, the prefill's seconds) and the answer (its tokens, passes, seconds)."""
+    return {
+        "prompt_tokens": stats.prompt_tokens,
+        "cached_tokens": stats.cached_tokens,
+        "prefill_s": round(stats.prefill_s, 4),
+        "new_tokens": stats.new_tokens,
+        "forward_passes": stats.forward_passes,
+        "decode_s": round(stats.decode_s, 4),
+    }
 
 
 def _save(folder: str, task: Task, method: str, text: str) -> None:
@@ -411,6 +427,7 @@ def _row(task: Task, method: str, run: MethodRun, result: Any, first: Any) -> di
         "peak_rss_mb": _round(run.extra.get("peak_rss_mb"), 1),
         "attempts": result.attempts,
         "attempt_s": [round(s, 4) for s in run.extra.get("attempt_s", [wall])],
+        "attempt_stats": run.extra.get("attempt_stats", []),
         # each attempt's kind: "whole" file, a "plan"'s parts, a "repair" by parts
         "attempt_kinds": run.extra.get("attempt_kinds", []),
         # each attempt's verdict: "passed" (the tests), "changed", "unchanged", or

@@ -164,6 +164,7 @@ def fit(
         max_new_tokens=max(1, budget),
         stop_token_ids=context.stop_ids,
         stop_strings=_stops(conv, prompt),
+        stop_block=conv.fence if conv.explain else "",
         temperature=options.temperature,
         top_p=options.top_p,
         seed=options.seed,
@@ -191,6 +192,7 @@ def _for_server(
     config = GenerationConfig(
         max_new_tokens=options.max_new_tokens or 0,
         stop_strings=_stops(conv, prompt),
+        stop_block=conv.fence if conv.explain else "",
         temperature=options.temperature,
         top_p=options.top_p,
         seed=options.seed,
@@ -203,5 +205,7 @@ def _for_server(
 
 def _stops(conv: Conversation, prompt: Prompt) -> tuple[str, ...]:
     """Where an answer ends: the closing fence, or, for an answer that explains first (its
-    first fence opens the file), the end of the turn."""
+    first fence opens the file), the end of the turn or the fence that closes the file's
+    block (``GenerationConfig.stop_block``, set for a local model: a server is sent only
+    stop strings, and the words after the file are dropped when the answer is read)."""
     return () if conv.explain else (prompt.stop_string,)

@@ -1,4 +1,5 @@
-"""Where generation stops: stop token ids, stop strings, the new-token limit.
+"""Where generation stops: stop token ids, stop strings, a closed code block, the new-token
+limit.
 
 :meth:`StopChecker.cut` looks at the tokens one step appended and returns how many of them to
 keep and why generation ends (or None). Stops are applied per token, earliest first, so every
@@ -8,6 +9,7 @@ kept, like ``transformers.generate``.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from adapld_cli.engine.types import GenerationConfig
@@ -22,6 +24,9 @@ class StopChecker:
         self.strings = tuple(s for s in config.stop_strings if s)
         if self.strings and tokenizer is None:
             raise ValueError("stop_strings need a tokenizer")
+        self.block = _closed_block(config.stop_block) if config.stop_block else None
+        if self.block is not None and tokenizer is None:
+            raise ValueError("stop_block needs a tokenizer")
         self.tokenizer = tokenizer
         self.max_new = config.max_new_tokens
         # tokens of lookback that surely cover a stop string (a token is at least one char)
@@ -41,6 +46,10 @@ class StopChecker:
             j = self._string_end(generated, first, first + keep)
             if j is not None:
                 keep, reason = j - first + 1, "stop_string"
+        if self.block is not None:
+            j = self._block_end(generated, first, first + keep)
+            if j is not None:
+                keep, reason = j - first + 1, "stop_string"
         over = first + keep - self.max_new
         if over > 0 or (over == 0 and reason is None):
             keep, reason = self.max_new - first, "max_new_tokens"
@@ -57,3 +66,24 @@ class StopChecker:
             if any(s in text for s in self.strings):
                 return j
         return None
+
+    def _block_end(self, generated: list[int], first: int, end: int) -> int | None:
+        """Index of the first token in ``[first, end)`` that completes the fence closing the
+        first code block (the whole answer is read: the block opened anywhere before)."""
+        assert self.block is not None
+        dec = self.tokenizer.decode
+        if "`" not in dec(generated[max(0, first - 1) : end]) or not self.block.search(
+            dec(generated[:end])
+        ):
+            return None
+        for j in range(first, end):
+            if self.block.search(dec(generated[: j + 1])):
+                return j
+        return None
+
+
+def _closed_block(fence: str) -> re.Pattern[str]:
+    """A fence line, then any lines, then a line starting with the fence: the first block
+    closed (the fence that opened it may name a language; the one closing it ends it)."""
+    f = re.escape(fence)
+    return re.compile(rf"^{f}[^\n]*\n(?:[^\n]*\n)*?{f}", re.MULTILINE)

@@ -25,6 +25,9 @@ class GenerationConfig:
     max_new_tokens: int = 2048
     stop_token_ids: tuple[int, ...] = ()
     stop_strings: tuple[str, ...] = ()
+    # a code fence: also stop at the line that closes the first block it opens (an answer
+    # that explains, then gives a file: what follows the block is never read)
+    stop_block: str = ""
     temperature: float = 0.0
     top_p: float = 1.0
     seed: int | None = None

@@ -141,28 +141,20 @@ WORDS, AFTER = "The cause.\n\n", "After."
 
 @pytest.fixture(scope="module")
 def explaining(tmp_path_factory):
-    """``explaining(name)``: a tiny model asked to explain first that answers the words, then
-    (``"file"``) the renamed file and more words, or (``"words"``) the words alone and the
-    end of its turn; either gives the renamed file after an opened code block."""
+    """A tiny model that, asked to explain first, answers the words, the renamed file in a
+    code block, then more words (at the start of its turn; after a fence opener, the file)."""
     from adapld_cli.model import load
     from tests.conftest import FENCE_CLOSE, FENCE_OPEN, LINES, piece_tokenizer, successor_model
 
     tok = piece_tokenizer([*LINES.values(), *FENCE_OPEN, FENCE_CLOSE, WORDS, AFTER])
-    vocab, eos = tok.get_vocab(), tok.eos_token_id
-    turn, opener, words, close = vocab["\u010a"], vocab["```python\n"], vocab[WORDS], vocab["```"]
-    file = [opener, *(vocab[LINES[k]] for k in ("new1", "body", "main", "new4")), close]
-    chains = {
-        "file": [[turn, words, *file, vocab[AFTER], eos]],
-        "words": [[turn, words, eos], [*file, eos]],
-    }
-    models = {}
-    for name, parts in chains.items():
-        following = {a: b for chain in parts for a, b in zip(chain, chain[1:], strict=False)}
-        folder = tmp_path_factory.mktemp(name)
-        successor_model(tok, following).save_pretrained(folder)
-        tok.save_pretrained(folder)
-        models[name] = load(str(folder), device="cpu", dtype="float32")
-    return models.__getitem__
+    vocab = tok.get_vocab()
+    file = [vocab[LINES[k]] for k in ("new1", "body", "main", "new4")] + [vocab[FENCE_CLOSE]]
+    chain = [vocab["\u010a"], vocab[WORDS], vocab["```python\n"], *file, vocab[AFTER]]
+    following = dict(zip(chain, [*chain[1:], tok.eos_token_id], strict=True))
+    folder = tmp_path_factory.mktemp("explaining")
+    successor_model(tok, following).save_pretrained(folder)
+    tok.save_pretrained(folder)
+    return load(str(folder), device="cpu", dtype="float32")
 
 
 def fix_attempt(local, src):
@@ -176,21 +168,11 @@ def fix_attempt(local, src):
 
 
 def test_an_explaining_answer_ends_at_the_fence_that_closes_the_file(explaining, src, texts):
-    local = LocalModel(explaining("file"), EditOptions(attempts=3))
+    local = LocalModel(explaining, EditOptions(attempts=3))
     retry = fix_attempt(local, src)
     assert retry.config.stop_block == "```"
     answer = generate(local, retry)
     assert answer.stop_reason == "stop_string" and AFTER not in local.tokenizer.decode(
         answer.tokens
     )  # the words after the file are never generated
-    assert judge(retry, answer).new_text == texts.renamed
-
-
-def test_words_alone_are_continued_with_the_file(explaining, src, texts):
-    local = LocalModel(explaining("words"), EditOptions(attempts=3))
-    retry = fix_attempt(local, src)
-    answer = generate(local, retry)
-    # the words ended the turn; the second generation opened the block after them
-    assert local.tokenizer.decode(answer.tokens).startswith(WORDS)
-    assert answer.stats.new_tokens == len(answer.tokens)
     assert judge(retry, answer).new_text == texts.renamed

@@ -31,7 +31,7 @@ from dataclasses import replace
 from adapld_cli.edit.errors import TooLongError
 from adapld_cli.edit.files.source import SourceFile, decode_source
 from adapld_cli.edit.plan import Part, Plan, plan_parts, word
-from adapld_cli.edit.prompt import Prompt, conversation, extract_file
+from adapld_cli.edit.prompt import Prompt, after_explanation, conversation, extract_file
 from adapld_cli.edit.request import Backend, Generation, PreparedEdit, fit, prepare
 from adapld_cli.edit.splice import indent_of, reindent, spliced_answer
 from adapld_cli.edit.syntax import language_for, outline
@@ -98,12 +98,11 @@ def generate(
     for a planned one (module contract)."""
     plan = prepared.plan
     if plan is None:
+        answer = backend.generate(prepared, on_event)
         conv = prepared.conversation
         if conv is not None and conv.explain:  # the words before the file are not the file
-            from adapld_cli.edit.explain import explained
-
-            return explained(backend, prepared, on_event)
-        return backend.generate(prepared, on_event)
+            return replace(answer, text=after_explanation(answer.text, conv.fence))
+        return answer
     if plan.mechanical:
         return _renamed(prepared, plan, backend.options.method)
     if plan.base is not None:

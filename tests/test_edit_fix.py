@@ -130,9 +130,9 @@ def test_edit_test_fixes_then_repairs_and_restores_the_file(tiny_models, source_
     argv += ["--model", str(tiny_models["rename"]), "--test", "echo boom; exit 3"]
     r = CliRunner().invoke(app, argv, catch_exceptions=False)
     assert r.exit_code == 1 and source_file.read_bytes() == original
-    assert "attempt 1 refused: The tests (" in r.stderr
+    assert "attempt 1 refused: the tests fail (exit 3: boom)." in r.stderr
     assert "Asking for the cause and a fixed file." in r.stderr
-    assert "attempt 2 refused: The tests (" in r.stderr
+    assert "attempt 2 refused: the tests fail (exit 3: boom)." in r.stderr
     assert "tests failed after 3 attempts (last: exit 3: boom); file restored" in r.stderr
 
 

@@ -73,7 +73,7 @@ def test_tests_that_fail_then_pass_keep_the_repair(edit, source_file, texts, tmp
     r = edit("--test", cmd, "--stats-json", stats, "-v")
     assert r.exit_code == 0, r.stderr
     assert source_file.read_text() == texts.renamed
-    assert "attempt 1 refused: The tests (" in r.stderr
+    assert "attempt 1 refused: the tests fail (exit 1: no output)." in r.stderr
     assert json.loads(stats.read_text())["attempts"] == 2
     assert count.read_text().strip() == "3"
 
@@ -88,7 +88,7 @@ def test_an_unchanged_answer_to_failing_tests_is_asked_again_with_their_output(
     runs = tmp_path / "runs"
     r = edit("--test", f"echo run >> {runs}; echo boom; exit 3", "-v", model="same")
     assert r.exit_code == 1 and source_file.read_bytes() == original
-    assert "attempt 1 refused: The tests (" in r.stderr
+    assert "attempt 1 refused: the tests fail (exit 3: boom)." in r.stderr
     assert "tests failed after 2 attempts (last: exit 3: boom); the file is as it was" in r.stderr
     assert runs.read_text().count("run") == 1  # the baseline: nothing else changed the file
     r = edit("--test", "true", model="same")

@@ -305,6 +305,8 @@ class _Run:
         if attempt.previous is not None:
             title = f"{item.name} (attempt {attempt.number})"
             feedback = (attempt.previous.feedback or "").split("\n")[0]
+            if attempt.previous.test_run is not None:  # its first line only names the command
+                feedback = f"the tests fail ({attempt.previous.test_run.summary()})."
             plan = attempt.prepared.plan
             again = "Asking again"
             conv = attempt.prepared.conversation

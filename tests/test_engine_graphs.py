@@ -304,7 +304,7 @@ def _tree_rows(model, prefix: list[int], tree: DraftTree, **passes) -> list[bool
 
 def test_uniform_passes_make_stock_bf16_kernels_exact(monkeypatch):
     """Torch's stock bfloat16 kernels are not batch-invariant (as a GPU's are not): a tree
-    pass's rows are not single steps' bits, and greedy adapld drifts from ar. With
+    pass's rows are not single steps' bits, and greedy adapld may drift from ar. With
     ``uniform`` (every pass, ar's too, at one shape) the rows are single steps' bit for bit,
     on the copied chain and on branches, and ar, adapld and a full tree (lexical, branch and
     semantic drafts accepted) emit the same tokens; every pass ran at the one shape."""
@@ -322,11 +322,9 @@ def test_uniform_passes_make_stock_bf16_kernels_exact(monkeypatch):
     uniform = AdaPLDSettings(uniform=True)
     full = replace(FULL_TREE, uniform=True)
     cfg = GenerationConfig(max_new_tokens=64)
-    drift, accepted = 0, Counter()
+    accepted: Counter[str] = Counter()
     for seed in range(4):
         prompt = _copy_prompt(seed)
-        ref = generate(model, prompt, cfg, "adapld").tokens
-        drift += ref != generate(model, prompt, cfg, "ar").tokens
         want = generate(model, prompt, cfg, "ar", settings=uniform)
         assert made[-1].static.shapes == (80,)
         assert made[-1].static_runs == want.stats.forward_passes
@@ -340,7 +338,8 @@ def test_uniform_passes_make_stock_bf16_kernels_exact(monkeypatch):
                 branch=out.stats.branch_accepted,
                 semantic=out.stats.semantic_accepted,
             )
-    assert drift > 0  # the teeth: without uniform passes adapld is not ar here
+    # the teeth are the eager rows above: whether they also flip a greedy token depends on
+    # the CPU's kernels (they did on AMD Zen 4, not on a Xeon with oneDNN capped at AVX-512)
     assert accepted["lexical"] > 0 and accepted["branch"] > 0 and accepted["semantic"] > 0
 
 

@@ -192,7 +192,6 @@ def _for_server(
     config = GenerationConfig(
         max_new_tokens=options.max_new_tokens or 0,
         stop_strings=_stops(conv, prompt),
-        stop_block=conv.fence if conv.explain else "",
         temperature=options.temperature,
         top_p=options.top_p,
         seed=options.seed,

@@ -24,6 +24,7 @@ class StopChecker:
         self.strings = tuple(s for s in config.stop_strings if s)
         if self.strings and tokenizer is None:
             raise ValueError("stop_strings need a tokenizer")
+        self.block_fence = config.stop_block
         self.block = _closed_block(config.stop_block) if config.stop_block else None
         if self.block is not None and tokenizer is None:
             raise ValueError("stop_block needs a tokenizer")
@@ -72,9 +73,12 @@ class StopChecker:
         first code block (the whole answer is read: the block opened anywhere before)."""
         assert self.block is not None
         dec = self.tokenizer.decode
-        if "`" not in dec(generated[max(0, first - 1) : end]) or not self.block.search(
-            dec(generated[:end])
-        ):
+        # a closing fence is a newline and the fence, ending in this step: only the step's
+        # tokens (and enough before them to hold it) are decoded on every other step
+        start = max(0, first - len(self.block_fence) - 1)
+        if "\n" + self.block_fence not in dec(generated[start:end]):
+            return None
+        if not self.block.search(dec(generated[:end])):
             return None
         for j in range(first, end):
             if self.block.search(dec(generated[: j + 1])):

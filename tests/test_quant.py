@@ -363,6 +363,8 @@ def test_the_build_target_follows_the_cpu(monkeypatch):
     assert all(h.is_file() for h in quant.HEADERS)
     avx512 = set(quant.TARGETS["avx512"][0])
     for flags, expected in [
+        (avx512 | {"avx2", "fma", "f16c", "amx_tile", "amx_int8"}, "amx"),
+        (avx512 | {"avx2", "fma", "f16c", "amx_tile"}, "avx512"),  # tiles without int8
         (avx512 | {"avx2", "fma", "f16c"}, "avx512"),
         ({"avx2", "fma", "f16c", "avx512f"}, "avx2"),  # AVX-512 without BF16: the AVX2 build
         ({"avx2", "f16c"}, None),  # no FMA
@@ -386,7 +388,8 @@ def test_the_build_target_follows_the_cpu(monkeypatch):
             None,
             "ADAPLD_QMM_TARGET=avx512: this CPU lacks avx512_bf16, ",
         ),
-        (both, "sse", None, "ADAPLD_QMM_TARGET=sse: use one of auto, avx512, avx2"),
+        (both, "amx", None, "ADAPLD_QMM_TARGET=amx: this CPU lacks amx_int8, amx_tile"),
+        (both, "sse", None, "ADAPLD_QMM_TARGET=sse: use one of auto, amx, avx512, avx2"),
     ]:
         monkeypatch.setattr(quant, "_cpu_flags", lambda flags=flags: flags)
         monkeypatch.setenv(quant.ENV_TARGET, wanted)
@@ -450,25 +453,27 @@ def cross_build_outputs(gguf: str, out: str) -> None:
     torch.save(results, out)
 
 
-def test_the_avx2_build_computes_what_the_avx512_build_does(kquant_gguf, tmp_path):
-    """qmm_avx2.h's emulation is bit-exact: on a CPU that runs both builds, each one's
-    products and a K-quant model's logits (prompt and draft tree, int8 and bfloat16
-    activations) are the other's bit for bit, so every exactness test run on one target
-    holds on the other. Needs an AVX-512 BF16 CPU (an AVX2-only one has nothing to compare
-    with; there the tests above run the AVX2 build itself)."""
+@pytest.mark.parametrize("other", ["avx2", "amx"])
+def test_each_build_computes_what_the_avx512_build_does(other, kquant_gguf, tmp_path):
+    """qmm_avx2.h's emulation and qmm_amx.h's tiles are bit-exact: on a CPU that runs both
+    builds, each one's products (65 rows: the tiles' form; one row) and a K-quant model's
+    logits (prompt and draft tree, int8 and bfloat16 activations) are the AVX-512 build's bit
+    for bit, so every exactness test run on one target holds on the other. Needs a CPU that
+    runs both (an AVX2-only one has nothing to compare with; there the tests above run the
+    AVX2 build itself, as they run the AMX build on an AMX CPU)."""
     import os
     import subprocess
     import sys
 
-    if not set(quant.TARGETS["avx512"][0]) | set(quant.TARGETS["avx2"][0]) <= quant._cpu_flags():
-        pytest.skip("needs a CPU that runs both builds (AVX-512 BF16 and AVX2)")
+    if not set(quant.TARGETS["avx512"][0]) | set(quant.TARGETS[other][0]) <= quant._cpu_flags():
+        pytest.skip(f"needs a CPU that runs both builds (avx512 and {other})")
     code = (
         "import sys\nfrom tests.test_quant import cross_build_outputs\n"
         "cross_build_outputs(sys.argv[1], sys.argv[2])\n"
     )
     root = Path(__file__).resolve().parent.parent
     got = {}
-    for name in ("avx512", "avx2"):
+    for name in ("avx512", other):
         env = {**os.environ, quant.ENV_TARGET: name}
         out = tmp_path / f"{name}.pt"
         done = subprocess.run(
@@ -481,6 +486,6 @@ def test_the_avx2_build_computes_what_the_avx512_build_does(kquant_gguf, tmp_pat
         assert done.returncode == 0, done.stderr[-2000:]
         got[name] = torch.load(out)
         assert got[name].pop("target") == name
-    assert got["avx512"].keys() == got["avx2"].keys() and len(got["avx2"]) == 34
+    assert got["avx512"].keys() == got[other].keys() and len(got[other]) == 34
     for key, value in got["avx512"].items():
-        assert torch.equal(value, got["avx2"][key]), key
+        assert torch.equal(value, got[other][key]), key

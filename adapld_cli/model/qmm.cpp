@@ -809,17 +809,21 @@ struct QuantRows {
 // interleaved layout, with the group sums: the same values as quantizing rows one by one.
 // offset (q6): every xq stored as xq + 128, unsigned, and no group sums (q6 needs none).
 // evens_first (q4, q6): each 8 inputs stored even ones first, the order of their weight dwords.
+// tiles (the AMX form, qmm_amx.h): per block of 16 rows and chunk of 64 inputs a contiguous
+// 1 KB tile, row after row, S * 4 chunks a row block (zeros past K) and the rows padded with
+// zero rows to a multiple of 16; row blocks are then not interleaved.
 QuantRows quantize_rows(const at::BFloat16* x, int64_t M, int64_t K, int64_t group,
-                        bool offset, bool evens_first = false) {
+                        bool offset, bool evens_first = false, bool tiles = false) {
   const int64_t S = (K + 255) / 256, G = K / group, GP = (G + 1) / 2;
   QuantRows out;
-  out.xq.resize(M * K / 4);
+  const int64_t KC = (K + 255) / 256 * 4;  // tiles: chunks of 64 inputs a row block
+  out.xq.resize(tiles ? (M + 15) / 16 * KC * 256 : M * K / 4);
   out.xs.resize(M * S);
   out.qp.assign(M * GP, 0);
   int16_t* q16 = (int16_t*)out.qp.data();  // int16 [M][2 GP]: group g of row m at m 2GP + g
   std::vector<int64_t> base(M), stride(M);  // row m: dword p at base + p * stride
   for (int64_t m0 = 0; m0 < M;) {
-    const int R = block_rows(M, m0);
+    const int R = tiles ? 1 : block_rows(M, m0);
     for (int r = 0; r < R; ++r) base[m0 + r] = m0 * K / 4 + r, stride[m0 + r] = R;
     m0 += R;
   }
@@ -845,7 +849,13 @@ QuantRows quantize_rows(const at::BFloat16* x, int64_t M, int64_t K, int64_t gro
         _mm_store_si128((__m128i*)d4, b16);
         const int64_t p0 = (k0 + k) / 4;
         const int32_t flip = offset ? (int32_t)0x80808080u : 0;  // xq + 128 for q6
-        for (int i = 0; i < 4; ++i) dst[(p0 + i) * st] = d4[i] ^ flip;
+        if (tiles)  // dword p of row m: tile (m / 16, p / 16), its row m % 16, dword p % 16
+          for (int i = 0; i < 4; ++i) {
+            const int64_t q = p0 + i;
+            out.xq[((m / 16) * KC + q / 16) * 256 + (m % 16) * 16 + q % 16] = d4[i] ^ flip;
+          }
+        else
+          for (int i = 0; i < 4; ++i) dst[(p0 + i) * st] = d4[i] ^ flip;
         const int64_t g = (k0 + k) / group;
         if (!offset && g < G)
           q16[m * 2 * GP + g] += (int16_t)_mm512_reduce_add_epi32(_mm512_maskz_mov_epi32(mk, q));
@@ -1163,6 +1173,13 @@ void mm_i8_blocked(bool q4, const QuantRows& qx, int64_t M, int64_t K, int64_t T
 
 }  // namespace
 
+#if defined(__AMX_INT8__) && defined(__AMX_TILE__)
+#include "qmm_amx.h"
+#define QMM_AMX 1
+#else
+#define QMM_AMX 0
+#endif
+
 namespace {
 
 // mm_i8 for q8 weights (any M): tiles split over threads, groups in order per tile, each group
@@ -1279,9 +1296,16 @@ torch::Tensor mm_i8_parts(std::string kind, torch::Tensor x, std::vector<torch::
                      zm ? zm[1] != 0 : false});
     T += Ti;
   }
-  const QuantRows qx = quantize_rows(x.data_ptr<at::BFloat16>(), M, K, group, kind == "q6", !q8);
   auto y = output(x, T * 16, out_f32);
   void* Y = y.data_ptr();
+#if QMM_AMX
+  if (!q8 && M >= AMX_ROWS && amx_ready()) {
+    const QuantRows qx = quantize_rows(x.data_ptr<at::BFloat16>(), M, K, group, false, true, true);
+    mm_i8_amx(q4, qx, M, K, T, G, S, parts, out_f32, Y);
+    return y;
+  }
+#endif
+  const QuantRows qx = quantize_rows(x.data_ptr<at::BFloat16>(), M, K, group, kind == "q6", !q8);
   if (q8) {
     mm_i8_q8(qx, M, K, T, G, S, GP, parts, out_f32, Y);
     return y;

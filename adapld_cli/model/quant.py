@@ -46,12 +46,18 @@ GROUP = {"q4": 32, "q6": 16, "q8": 32}
 Q8_TYPES = ("Q8_0", "Q5_0", "Q5_1", "Q4_0", "Q4_1", "Q5_K")
 SUPER = 256  # inputs per float16 d (a GGUF K-quant super-block)
 SOURCE = Path(__file__).with_name("qmm.cpp")
-HEADERS = (SOURCE.with_name("qmm_avx2.h"),)  # what qmm.cpp includes from its folder
+HEADERS = tuple(SOURCE.with_name(n) for n in ("qmm_avx2.h", "qmm_amx.h"))  # its includes
 # The build targets: the CPU flags each needs (as /proc/cpuinfo names them) and its compiler
-# flags. avx512: the native form. avx2: the same source through qmm_avx2.h, every 512-bit
-# operation as two 256-bit ones (int8 products by vpmaddubsw + vpmaddwd, exact for these
-# operands). The first target the CPU has is built.
+# flags. amx: the native form plus qmm_amx.h, the int8 products of 32+ rows on AMX tiles (the
+# same integers, so the same results). avx512: the native form. avx2: the same source through
+# qmm_avx2.h, every 512-bit operation as two 256-bit ones (int8 products by vpmaddubsw +
+# vpmaddwd, exact for these operands). The first target the CPU has is built.
 TARGETS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "amx": (
+        ("avx512f", "avx512bw", "avx512vl", "avx512_bf16", "avx512_vnni", "amx_tile", "amx_int8"),
+        ("-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512bf16", "-mavx512vnni", "-mamx-tile",
+         "-mamx-int8"),
+    ),
     "avx512": (
         ("avx512f", "avx512bw", "avx512vl", "avx512_bf16", "avx512_vnni"),
         ("-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512bf16", "-mavx512vnni"),

@@ -52,16 +52,13 @@ HEADERS = tuple(SOURCE.with_name(n) for n in ("qmm_avx2.h", "qmm_amx.h"))  # its
 # same integers, so the same results). avx512: the native form. avx2: the same source through
 # qmm_avx2.h, every 512-bit operation as two 256-bit ones (int8 products by vpmaddubsw +
 # vpmaddwd, exact for these operands). The first target the CPU has is built.
+_AVX512 = (
+    ("avx512f", "avx512bw", "avx512vl", "avx512_bf16", "avx512_vnni"),
+    ("-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512bf16", "-mavx512vnni"),
+)
 TARGETS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
-    "amx": (
-        ("avx512f", "avx512bw", "avx512vl", "avx512_bf16", "avx512_vnni", "amx_tile", "amx_int8"),
-        ("-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512bf16", "-mavx512vnni", "-mamx-tile",
-         "-mamx-int8"),
-    ),
-    "avx512": (
-        ("avx512f", "avx512bw", "avx512vl", "avx512_bf16", "avx512_vnni"),
-        ("-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512bf16", "-mavx512vnni"),
-    ),
+    "amx": (_AVX512[0] + ("amx_tile", "amx_int8"), _AVX512[1] + ("-mamx-tile", "-mamx-int8")),
+    "avx512": _AVX512,
     "avx2": (("avx2", "fma", "f16c"), ("-mavx2", "-mfma", "-mf16c")),
 }
 ENV_TARGET = "ADAPLD_QMM_TARGET"  # auto (the first the CPU has) or a key of TARGETS

@@ -7,6 +7,8 @@
 #       bash scripts/bench/aider_servers.sh [first|after-another] [RUNS]
 #
 # (a llama-server built as a shared-library build needs its folder in LD_LIBRARY_PATH)
+# (on a CPU with AMX tiles, llama.cpp 0.3.36 built with GGML_NATIVE=ON crashes in its AMX product:
+# build it with the tiles off, as docs/clients.md says)
 # Each server's log, with its timings per request, is left beside the work folder (printed).
 # first: the rename is the server's first aider request; after-another: an aider edit of the
 # same file ("Add a docstring to the low_stock method") runs first, untimed.

@@ -17,11 +17,11 @@
 //
 // Layout: the input rows quantized into tiles (quantize_rows, tiles: 1 KB per block of 16 rows
 // and 64 inputs, zero rows and inputs past M and K); tile A = 16 rows x 64 input bytes (two q4
-// groups, four q6 groups) in the weights' stored order (evens first per 8 inputs, as the weight dwords); tile B = the
-// same 64 inputs as 16 rows of 16 columns x 4 bytes, which is the unpacked weight vectors'
-// own form (vector i: dword c = 4 weights of column c). Per tile of 16 columns and
-// super-block, the weights are unpacked once into lo / hi rows, then every pair of row blocks of
-// 16 rows runs 4 chunks of 64 inputs through the tiles and closes its rows.
+// groups, four q6 groups) in the weights' stored order (evens first per 8 inputs, as the
+// weight dwords); tile B = the same 64 inputs as 16 rows of 16 columns x 4 bytes, which is the
+// unpacked weight vectors' own form (vector i: dword c = 4 weights of column c). Per tile of 16
+// columns and super-block, the weights are unpacked once into lo / hi rows, then every pair of
+// row blocks of 16 rows runs 4 chunks of 64 inputs through the tiles and closes its rows.
 #pragma once
 
 #include <immintrin.h>

@@ -1,6 +1,6 @@
 // The int8 products of q4 and q6 weights on Intel AMX tiles, for passes of AMX_ROWS rows or
 // more (prefill chunks, wide verification passes). Included by qmm.cpp, after the pieces it
-// shares (QuantRows, Part, close_row, store_row, the unpackers), when the compiler targets
+// shares (QuantRows, Part, close_rows_any, store_row, the unpackers), when the compiler targets
 // AMX-INT8 (quant.py's "amx" build: an AVX-512 CPU with amx_tile and amx_int8).
 //
 // Contract: every output is bit for bit what mm_i8's other forms compute, for any M. They
@@ -11,7 +11,7 @@
 //   w' = sc_g * q  (q4: 0..945; q6: -4064..4096), split as w' = lo + 256 hi, lo a byte 0..255,
 //   hi = floor(w' / 256) (q4: 0..3; q6: -16..16), so
 //   A = sum(xq lo) + 256 sum(xq hi)        (tdpbsud, and tdpbsud or tdpbssd for hi)
-//   B = sum_g mn_g X_g                     (q4: vpdpwssd on the groups' input sums, as mm_i8)
+//   B = sum_g mn_g X_g                     (q4: close_rows_any, as mm_i8's other forms)
 // Integer sums are exact in any order (|A| < 2^25), so A and B are the other forms' integers,
 // and close_row then runs on the same operands in the same order: the same floats.
 //
@@ -131,41 +131,41 @@ inline void tile_sums(const int8_t* xq, int64_t KC, const __m512i* wt, bool hi_s
 // tiles of all parts.
 void mm_i8_amx(bool q4, const QuantRows& qx, int64_t M, int64_t K, int64_t T, int64_t G,
                int64_t S, const std::vector<Part>& parts, bool out_f32, void* Y) {
-  const int64_t GP = (G + 1) / 2, Mp = (M + 15) / 16 * 16, KC = S * 4;
-  const int32_t* xsums = qx.qp.data();  // q4: per row, groups 2j and 2j + 1 as two int16
+  const int64_t GP = (G + 1) / 2, Mp = (M + 15) / 16 * 16, KC = S * 4, per = q4 ? 8 : 16;
   at::parallel_for(0, T, 1, [&](int64_t t0, int64_t t1) {
     tiles_on();
-    alignas(64) __m512i wt[128], pr[4];
+    alignas(64) __m512i wt[128], pr[4], A[32];
     alignas(64) int32_t sums[1024];
-    std::vector<__m512> acc(Mp);
+    std::vector<__m512> acc(M);
     const int8_t* X = (const int8_t*)qx.xq.data();
     for (int64_t tg = t0; tg < t1; ++tg) {
       int64_t t;
       const Part& part = part_of(parts, tg, &t);
-      for (int64_t m = 0; m < Mp; ++m) acc[m] = _mm512_setzero_ps();
+      for (int64_t m = 0; m < M; ++m) acc[m] = _mm512_setzero_ps();
       for (int64_t s = 0; s < S; ++s) {
         if (q4) unpack_tiles<true>(part.Q, part.SC, t, K, G, s, wt);
         else unpack_tiles<false>(part.Q, part.SC, t, K, G, s, wt);
-        const int64_t j0 = s * 4, j1 = std::min(GP, j0 + 4);  // q4: group pairs of s
+        // close_rows_any's operands: q4 the group pairs' min multipliers; q6 no offset term (A
+        // is the true sum here, not the offset form's)
+        const int64_t g0 = s * per, g1 = std::min(G, g0 + per), j0 = g0 / 2, j1 = (g1 + 1) / 2;
         if (q4)
           for (int64_t j = j0; j < j1; ++j) pr[j - j0] = mins_pair(part.SC, t, G, j);
+        else
+          pr[0] = _mm512_setzero_si512();
         const float* dp = part.DD + (t * S + s) * (q4 ? 32 : 16);
         const __m512 d = _mm512_loadu_ps(dp), dmin = q4 ? _mm512_loadu_ps(dp + 16) : _mm512_setzero_ps();
-        for (int64_t m0 = 0; m0 < Mp;) {
+        for (int64_t m0 = 0; m0 < M;) {
           const int64_t nb = m0 + 32 <= Mp ? 2 : 1;
           const int8_t* x = X + ((m0 / 16) * KC + s * 4) * 1024;
           if (nb == 2) tile_sums<2>(x, KC, wt, !q4, sums);
           else tile_sums<1>(x, KC, wt, !q4, sums);
           const int64_t R = std::min<int64_t>(16 * nb, M - m0);
-          for (int64_t r = 0; r < R; ++r) {
-            const int64_t row = m0 + r;
-            __m512i B = _mm512_setzero_si512();  // q4: sum_g mn_g X_g, as mm_i8's other forms
-            for (int64_t j = j0; q4 && j < j1; ++j)
-              B = _mm512_dpwssd_epi32(B, pr[j - j0], _mm512_set1_epi32(xsums[row * GP + j]));
-            const __m512i A = _mm512_add_epi32(_mm512_load_si512(sums + 16 * r),
-                                               _mm512_slli_epi32(_mm512_load_si512(sums + 512 + 16 * r), 8));
-            acc[row] = close_row(q4, A, B, qx.xs[row * S + s], d, dmin, acc[row]);
-          }
+          for (int64_t r = 0; r < R; ++r)
+            A[r] = _mm512_add_epi32(_mm512_load_si512(sums + 16 * r),
+                                    _mm512_slli_epi32(_mm512_load_si512(sums + 512 + 16 * r), 8));
+          for (int64_t r = 0; r < R; r += RB)  // the other forms' float steps, 8 rows at a time
+            close_rows_any(q4, (int)std::min<int64_t>(RB, R - r), g1 - g0 == per, qx, m0 + r, S,
+                           s, GP, j0, j1, pr, d, dmin, A + r, acc.data());
           m0 += 16 * nb;
         }
       }

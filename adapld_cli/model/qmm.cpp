@@ -722,13 +722,28 @@ void attend_bf_fixed(const float* Q, const at::BFloat16* K, const at::BFloat16* 
   });
 }
 
+}  // namespace
+
+#if defined(__AMX_BF16__) && defined(__AMX_TILE__)
+#include "attn_amx.h"
+#define ATTN_AMX 1
+#else
+#define ATTN_AMX 0
+#endif
+
+namespace {
+
 // attend() for any head size: the register form where it is compiled (d = 64, 128); for a
-// bfloat16 cache with d a multiple of 32, attend_bf()'s arithmetic.
+// bfloat16 cache with d a multiple of 32, attend_bf()'s arithmetic, or in the amx build the
+// tiles' (attn_amx.h) wherever they apply.
 template <typename T>
 void attend_any(const float* Q, const T* K, const T* V, const int64_t* P, const int64_t* ptr,
                 const int64_t* extra, float* O, int64_t n, int64_t H, int64_t KV, int64_t KS,
                 int64_t d) {
   if constexpr (std::is_same_v<T, at::BFloat16>) {
+#if ATTN_AMX
+    if (attend_tiles(Q, K, V, P, ptr, extra, O, n, H, KV, KS, d)) return;
+#endif
     if (d == 128) return attend_bf_fixed<8>(Q, K, V, P, ptr, extra, O, n, H, KV, KS, d);
     if (d == 64) return attend_bf_fixed<4>(Q, K, V, P, ptr, extra, O, n, H, KV, KS, d);
     if (d % 32 == 0) return attend_bf(Q, K, V, P, ptr, extra, O, n, H, KV, KS, d);
@@ -1528,6 +1543,15 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("attention", &attention, "exact per-query attention over prefix + extra keys",
         py::arg("q"), py::arg("k"), py::arg("v"), py::arg("prefix"), py::arg("ptr"),
         py::arg("extra"), py::arg("generic") = false);
+  m.def("attention_tiles", [] {
+#if ATTN_AMX
+    return amx_ready();
+#else
+    return false;
+#endif
+  },
+        "whether a bfloat16 cache's attention runs on AMX tiles (attn_amx.h; then not generic's "
+        "arithmetic)");
   py::class_<DecodeLayer>(m, "DecodeLayer")
       .def(py::init<torch::Tensor, double, torch::Tensor, double, py::list, py::dict, py::list,
                     py::dict, int64_t, int64_t, int64_t, double>())

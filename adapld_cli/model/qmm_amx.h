@@ -24,37 +24,15 @@
 // row blocks of 16 rows runs 4 chunks of 64 inputs through the tiles and closes its rows.
 #pragma once
 
-#include <immintrin.h>
-#include <sys/syscall.h>
-#include <unistd.h>
+#include "amx_tiles.h"
 
 namespace {
 
+// Tiles (amx_tiles.h): 0-3 the sums (lo and hi of two row blocks), 4-5 the two blocks'
+// inputs, 6-7 the weights' lo and hi.
+
 // Rows from which mm_i8 takes the tiles (docs/performance.md, "Figures behind code decisions").
 constexpr int64_t AMX_ROWS = 32;
-
-// Linux hands out the tile registers only to a process that asks (arch_prctl); asked once.
-inline bool amx_ready() {
-  static const bool ok = [] {
-    constexpr long ARCH_REQ_XCOMP_PERM = 0x1023, XFEATURE_XTILEDATA = 18;
-    return syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0;
-  }();
-  return ok;
-}
-
-// Palette 1, every tile 16 rows of 64 bytes: 0-3 the sums (lo and hi of two row blocks), 4-5
-// the two blocks' inputs, 6-7 the weights' lo and hi.
-struct alignas(64) TileConfig {
-  uint8_t palette = 1, start_row = 0, reserved[14] = {};
-  uint16_t colsb[16] = {};
-  uint8_t rows[16] = {};
-};
-
-inline void tiles_on() {
-  TileConfig cfg;
-  for (int i = 0; i < 8; ++i) cfg.colsb[i] = 64, cfg.rows[i] = 16;
-  _tile_loadconfig(&cfg);
-}
 
 // Unpacked weight vectors w (dword c = 4 weights of column c, q4 unsigned, q6 signed) times
 // the group's scale sc (per column, int32) as the lo and hi bytes of w' = sc q (see above).

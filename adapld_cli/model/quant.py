@@ -46,7 +46,9 @@ GROUP = {"q4": 32, "q6": 16, "q8": 32}
 Q8_TYPES = ("Q8_0", "Q5_0", "Q5_1", "Q4_0", "Q4_1", "Q5_K")
 SUPER = 256  # inputs per float16 d (a GGUF K-quant super-block)
 SOURCE = Path(__file__).with_name("qmm.cpp")
-HEADERS = tuple(SOURCE.with_name(n) for n in ("qmm_avx2.h", "qmm_amx.h"))  # its includes
+HEADERS = tuple(
+    SOURCE.with_name(n) for n in ("qmm_avx2.h", "amx_tiles.h", "qmm_amx.h", "attn_amx.h")
+)  # its includes
 # The build targets: the CPU flags each needs (as /proc/cpuinfo names them) and its compiler
 # flags. amx: the native form plus qmm_amx.h, the int8 products of 32+ rows on AMX tiles (the
 # same integers, so the same results). avx512: the native form. avx2: the same source through
@@ -57,7 +59,10 @@ _AVX512 = (
     ("-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512bf16", "-mavx512vnni"),
 )
 TARGETS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
-    "amx": (_AVX512[0] + ("amx_tile", "amx_int8"), _AVX512[1] + ("-mamx-tile", "-mamx-int8")),
+    "amx": (
+        _AVX512[0] + ("amx_tile", "amx_int8", "amx_bf16"),
+        _AVX512[1] + ("-mamx-tile", "-mamx-int8", "-mamx-bf16"),
+    ),
     "avx512": _AVX512,
     "avx2": (("avx2", "fma", "f16c"), ("-mavx2", "-mfma", "-mf16c")),
 }

@@ -1,0 +1,308 @@
+// Exact attention on AMX tiles (bfloat16 pair products, tdpbf16ps), for a bfloat16 cache with
+// d a multiple of 32 up to 128 and at most 16 heads a kv head. Included by qmm.cpp in the amx
+// build, which runs it for every pass (attend_any), single steps included.
+//
+// Contract: attend()'s (qmm.cpp): query i attends keys 0..P[i]-1, then extra[ptr[i]..ptr[i+1]),
+// and every output depends only on the query, its key sequence and d, so a draft-tree node
+// gets the very result of a single step over the same keys whatever else is in the pass. The
+// arithmetic is not attend_bf()'s (the tiles sum a 32-product chunk in their own order): a
+// process computes all its passes here, and its outputs differ from the vector builds' in
+// the last bits (docs/design.md, "AMX tiles for the attention").
+//
+// Per query (row) and head, in order: the query rounded to bfloat16; the score of logical key
+// j, the tile sum over d / 32 chunks of 32 dims (one tdpbf16ps each, on a float32 sum started
+// at zero); exp_row()'s softmax, each probability rounded to bfloat16 (zero past the last key);
+// the output, tile sums over the logical keys' 32-key blocks in order (the keys past the last
+// as zero probabilities times zero values). An element of a tile product depends only on its
+// row of A, its column of B and its own sum, so neither the pass's other rows (sharing a
+// tile) nor where a block's keys were read from changes it.
+//
+// Layout: a group of up to 16 columns (query, head) of one kv head (16 / G queries of the
+// pass, in order) runs together. Its keys below S_g, the group's shortest prefix rounded down
+// to 32, come from the call's shared copies of the cache in the tiles' B form (kt: per 16
+// keys and chunk, row k = dword k of each key's chunk; vv: per 32 keys and 16 dims, row k =
+// keys 2k and 2k+1 interleaved); each query's keys from S_g on (the rest of its prefix, its
+// extras) are gathered into the same forms, and its output continues the group's sums.
+#pragma once
+
+#include "amx_tiles.h"
+
+namespace {
+
+// Tiles: 0-1 score sums, 2-3 keys, 4-7 the group's query chunks; then 0-3 output sums of 64
+// dims, 4 probabilities, 5-6 values.
+
+// A 16 x 16 dword block transposed in place: four butterfly stages, stage s swapping the
+// off-diagonal s x s blocks of every 2s x 2s block.
+inline void transpose16(__m512i* r) {
+  struct Idx {
+    alignas(64) int32_t lo[4][16], hi[4][16];
+    Idx() {
+      for (int t = 0, s = 8; s >= 1; ++t, s /= 2)
+        for (int q = 0; q < 16; ++q) {
+          lo[t][q] = (q & s) ? 16 + q - s : q;
+          hi[t][q] = (q & s) ? 16 + q : q + s;
+        }
+    }
+  };
+  static const Idx idx;
+  for (int t = 0, s = 8; s >= 1; ++t, s /= 2) {
+    const __m512i il = _mm512_load_si512(idx.lo[t]), ih = _mm512_load_si512(idx.hi[t]);
+    for (int a = 0; a < 16; ++a) {
+      if (a & s) continue;
+      const __m512i x = r[a], y = r[a + s];
+      r[a] = _mm512_permutex2var_epi32(x, il, y);
+      r[a + s] = _mm512_permutex2var_epi32(x, ih, y);
+    }
+  }
+}
+
+// B tile of 16 keys' chunk c (32 dims) for the scores: row k holds dims 2k, 2k+1 of each key
+// (rows[j] null: a zero key).
+inline void keys_tile(const u16* const* rows, int64_t c, u16* out) {
+  __m512i r[16];
+  for (int j = 0; j < 16; ++j)
+    r[j] = rows[j] ? _mm512_loadu_si512(rows[j] + 32 * c) : _mm512_setzero_si512();
+  transpose16(r);
+  for (int k = 0; k < 16; ++k) _mm512_storeu_si512(out + 32 * k, r[k]);
+}
+
+// B tile of 32 keys' dims 16 e .. 16 e + 15 for the weighted sum: row k holds keys 2k and
+// 2k + 1 interleaved per dim (rows[j] null: a zero value row).
+inline void values_tile(const u16* const* rows, int64_t e, u16* out) {
+  struct Idx {
+    alignas(64) int16_t v[32];
+    Idx() {
+      for (int m = 0; m < 16; ++m) v[2 * m] = m, v[2 * m + 1] = 32 + m;
+    }
+  };
+  static const Idx idx;
+  const __m512i il = _mm512_load_si512(idx.v);
+  auto half = [&](const u16* row) {
+    return row ? _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i*)(row + 16 * e)))
+               : _mm512_setzero_si512();
+  };
+  for (int k = 0; k < 16; ++k)
+    _mm512_storeu_si512(out + 32 * k, _mm512_permutex2var_epi16(half(rows[2 * k]), il,
+                                                                half(rows[2 * k + 1])));
+}
+
+// Groups of a call from which the call copies the cache's blocks once for all of them (fewer:
+// each group copies the blocks it uses as it goes, into a buffer that stays in L1, so a single
+// step reads the cache once; docs/performance.md, "AMX tiles for the attention").
+constexpr int64_t SHARED_GROUPS = 4;
+
+template <int C2>
+void attend_amx(const float* Q, const at::BFloat16* Kp, const at::BFloat16* Vp, const int64_t* P,
+                const int64_t* ptr, const int64_t* extra, float* O, int64_t n, int64_t H,
+                int64_t KV, int64_t KS, int64_t d) {
+  constexpr int64_t T = 512;  // u16 a tile
+  const u16 *K = (const u16*)Kp, *V = (const u16*)Vp;
+  const int64_t G = H / KV, R = 16 / G, NG = (n + R - 1) / R, DC = d / 16;
+  const bool shared = NG >= SHARED_GROUPS;
+  int64_t NB = 0;  // shared 32-key blocks: below the longest prefix
+  for (int64_t i = 0; i < n && shared; ++i) NB = std::max(NB, P[i] / 32);
+  static thread_local std::vector<u16> kt_, vv_;  // the calling thread's, kept for the next call
+  kt_.resize(std::max<int64_t>(1, KV * NB * 2 * C2 * T));
+  vv_.resize(std::max<int64_t>(1, KV * NB * DC * T));
+  u16 *kt = kt_.data(), *vv = vv_.data();
+  // block b's keys (2 x C2 tiles) and values of dims 16 e0 .. 16 (e0 + ne) - 1 into out
+  auto copy_keys = [&](int64_t kv, int64_t b, u16* out) {
+    const u16* rows[16];
+    for (int h = 0; h < 2; ++h) {
+      for (int j = 0; j < 16; ++j) rows[j] = K + kv * KS + (b * 32 + 16 * h + j) * d;
+      for (int64_t c = 0; c < C2; ++c) keys_tile(rows, c, out + (h * C2 + c) * T);
+    }
+  };
+  auto copy_values = [&](int64_t kv, int64_t b, int64_t e0, int64_t ne, u16* out) {
+    const u16* rows[32];
+    for (int j = 0; j < 32; ++j) rows[j] = V + kv * KS + (b * 32 + j) * d;
+    for (int64_t e = 0; e < ne; ++e) values_tile(rows, e0 + e, out + e * T);
+  };
+  if (NB)
+    at::parallel_for(0, KV * NB, 1, [&](int64_t w0, int64_t w1) {
+      for (int64_t w = w0; w < w1; ++w) {
+        const int64_t kv = w / NB, b = w % NB;
+        copy_keys(kv, b, kt + (kv * NB + b) * 2 * C2 * T);
+        copy_values(kv, b, 0, DC, vv + (kv * NB + b) * DC * T);
+      }
+    });
+  at::parallel_for(0, NG * KV, 1, [&](int64_t w0, int64_t w1) {
+    tiles_on();
+    std::vector<float> score;
+    std::vector<u16> pb, tk, tv;
+    alignas(64) u16 qg[16 * 128], kb[8 * T], vb4[4 * T];
+    alignas(64) float ob[16 * 128], ot[16 * 128];
+    const u16* rows[32];
+    for (int64_t w = w0; w < w1; ++w) {
+      const int64_t g0 = w / KV, kv = w % KV, i0 = g0 * R, nr = std::min(R, n - i0);
+      const u16 *Kh = K + kv * KS, *Vh = V + kv * KS;
+      // block b's key tiles and (dims 16 h ..) value tiles: the shared copy, or copied now
+      auto keys_of = [&](int64_t b) -> const u16* {
+        if (shared) return kt + (kv * NB + b) * 2 * C2 * T;
+        prefetch_row(Kh + (b + 1) * 32 * d, 32 * d);
+        copy_keys(kv, b, kb);
+        return kb;
+      };
+      auto values_of = [&](int64_t b, int64_t h, int64_t ne) -> const u16* {
+        if (shared) return vv + ((kv * NB + b) * DC + h) * T;
+        prefetch_row(Vh + (b + 1) * 32 * d, 32 * d);
+        copy_values(kv, b, h, ne, vb4);
+        return vb4;
+      };
+      int64_t Lr[16], Pmin = P[i0], Lmax = 0;
+      for (int64_t r = 0; r < nr; ++r) {
+        const int64_t i = i0 + r;
+        Lr[r] = P[i] + ptr[i + 1] - ptr[i];
+        Pmin = std::min(Pmin, P[i]);
+        Lmax = std::max(Lmax, Lr[r]);
+      }
+      const int64_t Sg = Pmin / 32 * 32, LS = (Lmax + 31) / 32 * 32, cols = nr * G;
+      auto key = [&](int64_t r, int64_t j) {  // cache row of query r's j-th key
+        const int64_t i = i0 + r;
+        return j < P[i] ? j : extra[ptr[i] + j - P[i]];
+      };
+      score.resize(16 * LS);
+      pb.resize(16 * LS);
+      for (int64_t col = 0; col < 16; ++col) {
+        u16* q = qg + col * d;
+        if (col < cols) {
+          const float* src = Q + ((i0 + col / G) * H + kv * G + col % G) * d;
+          for (int64_t k = 0; k < d; k += 16) store_bf16(q + k, _mm512_loadu_ps(src + k));
+        } else {
+          std::memset(q, 0, d * sizeof(u16));
+        }
+      }
+      // scores: the shared blocks, two 16-key blocks at a time
+      _tile_loadd(4, qg, d * 2);
+      if constexpr (C2 > 1) _tile_loadd(5, qg + 32, d * 2);
+      if constexpr (C2 > 2) _tile_loadd(6, qg + 64, d * 2);
+      if constexpr (C2 > 3) _tile_loadd(7, qg + 96, d * 2);
+      for (int64_t b = 0; b < Sg / 32; ++b) {
+        const u16* k0 = keys_of(b);
+        const u16* k1 = k0 + C2 * T;
+        _tile_zero(0);
+        _tile_zero(1);
+#define ATTN_QK(c, tq)             \
+  if constexpr (C2 > c) {          \
+    _tile_loadd(2, k0 + c * T, 64); \
+    _tile_dpbf16ps(0, tq, 2);      \
+    _tile_loadd(3, k1 + c * T, 64); \
+    _tile_dpbf16ps(1, tq, 3);      \
+  }
+        ATTN_QK(0, 4) ATTN_QK(1, 5) ATTN_QK(2, 6) ATTN_QK(3, 7)
+#undef ATTN_QK
+        _tile_stored(0, score.data() + b * 32, LS * 4);
+        _tile_stored(1, score.data() + b * 32 + 16, LS * 4);
+      }
+      // scores: each query's keys from S_g on, 16 at a time, its own columns kept
+      for (int64_t r = 0; r < nr; ++r)
+        for (int64_t j0 = Sg; j0 < Lr[r]; j0 += 16) {
+          tk.resize(C2 * T);
+          for (int j = 0; j < 16; ++j) rows[j] = j0 + j < Lr[r] ? Kh + key(r, j0 + j) * d : nullptr;
+          for (int64_t c = 0; c < C2; ++c) keys_tile(rows, c, tk.data() + c * T);
+          _tile_zero(0);
+#define ATTN_QK1(c, tq)                    \
+  if constexpr (C2 > c) {                  \
+    _tile_loadd(2, tk.data() + c * T, 64); \
+    _tile_dpbf16ps(0, tq, 2);              \
+  }
+          ATTN_QK1(0, 4) ATTN_QK1(1, 5) ATTN_QK1(2, 6) ATTN_QK1(3, 7)
+#undef ATTN_QK1
+          _tile_stored(0, ot, 64);
+          for (int64_t col = r * G; col < (r + 1) * G; ++col)
+            std::memcpy(score.data() + col * LS + j0, ot + col * 16, 16 * sizeof(float));
+        }
+      // probabilities [16][LS] (zeros past each query's last key and in unused columns)
+      for (int64_t col = 0; col < 16; ++col) {
+        u16* p = pb.data() + col * LS;
+        if (col >= cols) {
+          std::memset(p, 0, LS * sizeof(u16));
+          continue;
+        }
+        const int64_t L = Lr[col / G];
+        float* sg = score.data() + col * LS;
+        const __m512 total = exp_row(sg, L);
+        for (int64_t j = 0; j < LS; j += 16)
+          store_bf16(p + j, j < L ? _mm512_div_ps(_mm512_maskz_loadu_ps(tail_mask(L - j), sg + j), total)
+                                  : _mm512_setzero_ps());
+      }
+      // weighted sums: the shared blocks, 64 dims at a time (sums so far in ob)
+      for (int64_t h = 0; h < DC; h += 4) {
+        const int64_t ne = std::min<int64_t>(4, DC - h);
+        _tile_zero(0);
+        _tile_zero(1);
+        _tile_zero(2);
+        _tile_zero(3);
+        for (int64_t b = 0; b < Sg / 32; ++b) {
+          const u16* vb = values_of(b, h, ne);
+          _tile_loadd(4, pb.data() + b * 32, LS * 2);
+          _tile_loadd(5, vb, 64);
+          _tile_dpbf16ps(0, 4, 5);
+          if (ne > 1) { _tile_loadd(6, vb + T, 64); _tile_dpbf16ps(1, 4, 6); }
+          if (ne > 2) { _tile_loadd(5, vb + 2 * T, 64); _tile_dpbf16ps(2, 4, 5); }
+          if (ne > 3) { _tile_loadd(6, vb + 3 * T, 64); _tile_dpbf16ps(3, 4, 6); }
+        }
+        _tile_stored(0, ob + h * 16, d * 4);
+        if (ne > 1) _tile_stored(1, ob + h * 16 + 16, d * 4);
+        if (ne > 2) _tile_stored(2, ob + h * 16 + 32, d * 4);
+        if (ne > 3) _tile_stored(3, ob + h * 16 + 48, d * 4);
+      }
+      // each query: its blocks from S_g on continue the group's sums; its columns kept
+      for (int64_t r = 0; r < nr; ++r) {
+        const float* src = ob;
+        if (Lr[r] > Sg) {
+          const int64_t nb = (Lr[r] - Sg + 31) / 32;
+          tv.resize(nb * DC * T);
+          for (int64_t t = 0; t < nb; ++t) {
+            for (int j = 0; j < 32; ++j) {
+              const int64_t jj = Sg + 32 * t + j;
+              rows[j] = jj < Lr[r] ? Vh + key(r, jj) * d : nullptr;
+            }
+            for (int64_t e = 0; e < DC; ++e) values_tile(rows, e, tv.data() + (t * DC + e) * T);
+          }
+          for (int64_t h = 0; h < DC; h += 4) {
+            const int64_t ne = std::min<int64_t>(4, DC - h);
+            _tile_loadd(0, ob + h * 16, d * 4);
+            if (ne > 1) _tile_loadd(1, ob + h * 16 + 16, d * 4);
+            if (ne > 2) _tile_loadd(2, ob + h * 16 + 32, d * 4);
+            if (ne > 3) _tile_loadd(3, ob + h * 16 + 48, d * 4);
+            for (int64_t t = 0; t < nb; ++t) {
+              const u16* vb = tv.data() + (t * DC + h) * T;
+              _tile_loadd(4, pb.data() + Sg + 32 * t, LS * 2);
+              _tile_loadd(5, vb, 64);
+              _tile_dpbf16ps(0, 4, 5);
+              if (ne > 1) { _tile_loadd(6, vb + T, 64); _tile_dpbf16ps(1, 4, 6); }
+              if (ne > 2) { _tile_loadd(5, vb + 2 * T, 64); _tile_dpbf16ps(2, 4, 5); }
+              if (ne > 3) { _tile_loadd(6, vb + 3 * T, 64); _tile_dpbf16ps(3, 4, 6); }
+            }
+            _tile_stored(0, ot + h * 16, d * 4);
+            if (ne > 1) _tile_stored(1, ot + h * 16 + 16, d * 4);
+            if (ne > 2) _tile_stored(2, ot + h * 16 + 32, d * 4);
+            if (ne > 3) _tile_stored(3, ot + h * 16 + 48, d * 4);
+          }
+          src = ot;
+        }
+        for (int64_t g = 0; g < G; ++g)
+          std::memcpy(O + ((i0 + r) * H + kv * G + g) * d, src + (r * G + g) * d, d * sizeof(float));
+      }
+    }
+    _tile_release();
+  });
+}
+
+// attend_amx() for this call, or false where it does not apply (then the vector forms run).
+inline bool attend_tiles(const float* Q, const at::BFloat16* K, const at::BFloat16* V,
+                         const int64_t* P, const int64_t* ptr, const int64_t* extra, float* O,
+                         int64_t n, int64_t H, int64_t KV, int64_t KS, int64_t d) {
+  if (d % 32 || d > 128 || H / KV > 16 || !amx_ready()) return false;
+  switch (d / 32) {
+    case 1: attend_amx<1>(Q, K, V, P, ptr, extra, O, n, H, KV, KS, d); break;
+    case 2: attend_amx<2>(Q, K, V, P, ptr, extra, O, n, H, KV, KS, d); break;
+    case 3: attend_amx<3>(Q, K, V, P, ptr, extra, O, n, H, KV, KS, d); break;
+    default: attend_amx<4>(Q, K, V, P, ptr, extra, O, n, H, KV, KS, d);
+  }
+  return true;
+}
+
+}  // namespace

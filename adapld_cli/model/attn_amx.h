@@ -22,7 +22,9 @@
 // to 32, come from the call's shared copies of the cache in the tiles' B form (kt: per 16
 // keys and chunk, row k = dword k of each key's chunk; vv: per 32 keys and 16 dims, row k =
 // keys 2k and 2k+1 interleaved); each query's keys from S_g on (the rest of its prefix, its
-// extras) are gathered into the same forms, and its output continues the group's sums.
+// extras) are gathered into the same forms, and its output continues the group's sums. A
+// thread runs its groups phase by phase (scores, softmax, sums), each phase a chunk of blocks
+// for every group before the next chunk; the order of a group's own operations never changes.
 #pragma once
 
 #include "amx_tiles.h"
@@ -89,206 +91,295 @@ inline void values_tile(const u16* const* rows, int64_t e, u16* out) {
 
 // Groups of a call from which the call copies the cache's blocks once for all of them (fewer:
 // each group copies the blocks it uses as it goes, into a buffer that stays in L1, so a single
-// step reads the cache once; docs/performance.md, "AMX tiles for the attention").
-constexpr int64_t SHARED_GROUPS = 4;
+// step reads the cache once), and the 32-key blocks a thread runs for each of its groups before
+// the next blocks (so a long cache's copy is read from memory once a thread, then from L2);
+// docs/performance.md, "AMX tiles for the attention".
+constexpr int64_t SHARED_GROUPS = 4, CHUNK_BLOCKS = 16;
+
+// One group of one kv head (a work item): its queries' key counts, its bfloat16 queries, their
+// scores and probabilities ([16][LS], column-major by (query, head)) and output sums ([16][d]).
+// Its buffers lie in the thread's arenas (kept from call to call: no zeroing, no page faults).
+struct AttnGroup {
+  int64_t kv = 0, i0 = 0, nr = 0, Sg = 0, LS = 0, Lr[16] = {};
+  u16 *q = nullptr, *pb = nullptr;
+  float *score = nullptr, *ob = nullptr;
+};
 
 template <int C2>
-void attend_amx(const float* Q, const at::BFloat16* Kp, const at::BFloat16* Vp, const int64_t* P,
-                const int64_t* ptr, const int64_t* extra, float* O, int64_t n, int64_t H,
-                int64_t KV, int64_t KS, int64_t d) {
-  constexpr int64_t T = 512;  // u16 a tile
-  const u16 *K = (const u16*)Kp, *V = (const u16*)Vp;
-  const int64_t G = H / KV, R = 16 / G, NG = (n + R - 1) / R, DC = d / 16;
-  const bool shared = NG >= SHARED_GROUPS;
-  int64_t NB = 0;  // shared 32-key blocks: below the longest prefix
-  for (int64_t i = 0; i < n && shared; ++i) NB = std::max(NB, P[i] / 32);
-  static thread_local std::vector<u16> kt_, vv_;  // the calling thread's, kept for the next call
-  kt_.resize(std::max<int64_t>(1, KV * NB * 2 * C2 * T));
-  vv_.resize(std::max<int64_t>(1, KV * NB * DC * T));
-  u16 *kt = kt_.data(), *vv = vv_.data();
-  // block b's keys (2 x C2 tiles) and values of dims 16 e0 .. 16 (e0 + ne) - 1 into out
-  auto copy_keys = [&](int64_t kv, int64_t b, u16* out) {
+struct TileAttention {
+  static constexpr int64_t T = 512;  // u16 a tile
+  const float* Q;
+  const u16 *K, *V;
+  const int64_t *P, *ptr, *extra;
+  float* O;
+  int64_t n, H, KV, KS, d, G, R, NG, DC, NB = 0;
+  bool shared;
+  u16 *kt = nullptr, *vv = nullptr;  // the shared copies (shared: blocks below NB)
+
+  // cache row of group a's query r's j-th key
+  int64_t key(const AttnGroup& a, int64_t r, int64_t j) const {
+    const int64_t i = a.i0 + r;
+    return j < P[i] ? j : extra[ptr[i] + j - P[i]];
+  }
+  // 32-key block b's keys of head kv (2 x C2 tiles) and its values of dims 16 e0 .. (ne tiles)
+  void copy_keys(int64_t kv, int64_t b, u16* out) const {
     const u16* rows[16];
     for (int h = 0; h < 2; ++h) {
       for (int j = 0; j < 16; ++j) rows[j] = K + kv * KS + (b * 32 + 16 * h + j) * d;
       for (int64_t c = 0; c < C2; ++c) keys_tile(rows, c, out + (h * C2 + c) * T);
     }
-  };
-  auto copy_values = [&](int64_t kv, int64_t b, int64_t e0, int64_t ne, u16* out) {
+  }
+  void copy_values(int64_t kv, int64_t b, int64_t e0, int64_t ne, u16* out) const {
     const u16* rows[32];
     for (int j = 0; j < 32; ++j) rows[j] = V + kv * KS + (b * 32 + j) * d;
     for (int64_t e = 0; e < ne; ++e) values_tile(rows, e0 + e, out + e * T);
-  };
-  if (NB)
-    at::parallel_for(0, KV * NB, 1, [&](int64_t w0, int64_t w1) {
-      for (int64_t w = w0; w < w1; ++w) {
-        const int64_t kv = w / NB, b = w % NB;
-        copy_keys(kv, b, kt + (kv * NB + b) * 2 * C2 * T);
-        copy_values(kv, b, 0, DC, vv + (kv * NB + b) * DC * T);
-      }
-    });
-  at::parallel_for(0, NG * KV, 1, [&](int64_t w0, int64_t w1) {
-    tiles_on();
-    std::vector<float> score;
-    std::vector<u16> pb, tk, tv;
-    alignas(64) u16 qg[16 * 128], kb[8 * T], vb4[4 * T];
-    alignas(64) float ob[16 * 128], ot[16 * 128];
-    const u16* rows[32];
-    for (int64_t w = w0; w < w1; ++w) {
-      const int64_t g0 = w / KV, kv = w % KV, i0 = g0 * R, nr = std::min(R, n - i0);
-      const u16 *Kh = K + kv * KS, *Vh = V + kv * KS;
-      // block b's key tiles and (dims 16 h ..) value tiles: the shared copy, or copied now
-      auto keys_of = [&](int64_t b) -> const u16* {
-        if (shared) return kt + (kv * NB + b) * 2 * C2 * T;
-        prefetch_row(Kh + (b + 1) * 32 * d, 32 * d);
-        copy_keys(kv, b, kb);
-        return kb;
-      };
-      auto values_of = [&](int64_t b, int64_t h, int64_t ne) -> const u16* {
-        if (shared) return vv + ((kv * NB + b) * DC + h) * T;
-        prefetch_row(Vh + (b + 1) * 32 * d, 32 * d);
-        copy_values(kv, b, h, ne, vb4);
-        return vb4;
-      };
-      int64_t Lr[16], Pmin = P[i0], Lmax = 0;
-      for (int64_t r = 0; r < nr; ++r) {
-        const int64_t i = i0 + r;
-        Lr[r] = P[i] + ptr[i + 1] - ptr[i];
-        Pmin = std::min(Pmin, P[i]);
-        Lmax = std::max(Lmax, Lr[r]);
-      }
-      const int64_t Sg = Pmin / 32 * 32, LS = (Lmax + 31) / 32 * 32, cols = nr * G;
-      auto key = [&](int64_t r, int64_t j) {  // cache row of query r's j-th key
-        const int64_t i = i0 + r;
-        return j < P[i] ? j : extra[ptr[i] + j - P[i]];
-      };
-      score.resize(16 * LS);
-      pb.resize(16 * LS);
-      for (int64_t col = 0; col < 16; ++col) {
-        u16* q = qg + col * d;
-        if (col < cols) {
-          const float* src = Q + ((i0 + col / G) * H + kv * G + col % G) * d;
-          for (int64_t k = 0; k < d; k += 16) store_bf16(q + k, _mm512_loadu_ps(src + k));
-        } else {
-          std::memset(q, 0, d * sizeof(u16));
-        }
-      }
-      // scores: the shared blocks, two 16-key blocks at a time
-      _tile_loadd(4, qg, d * 2);
-      if constexpr (C2 > 1) _tile_loadd(5, qg + 32, d * 2);
-      if constexpr (C2 > 2) _tile_loadd(6, qg + 64, d * 2);
-      if constexpr (C2 > 3) _tile_loadd(7, qg + 96, d * 2);
-      for (int64_t b = 0; b < Sg / 32; ++b) {
-        const u16* k0 = keys_of(b);
-        const u16* k1 = k0 + C2 * T;
-        _tile_zero(0);
-        _tile_zero(1);
-#define ATTN_QK(c, tq)             \
-  if constexpr (C2 > c) {          \
-    _tile_loadd(2, k0 + c * T, 64); \
-    _tile_dpbf16ps(0, tq, 2);      \
-    _tile_loadd(3, k1 + c * T, 64); \
-    _tile_dpbf16ps(1, tq, 3);      \
   }
-        ATTN_QK(0, 4) ATTN_QK(1, 5) ATTN_QK(2, 6) ATTN_QK(3, 7)
+  // the shared copy of block b, or the block copied now into buf
+  const u16* keys_of(int64_t kv, int64_t b, u16* buf) const {
+    if (shared) return kt + (kv * NB + b) * 2 * C2 * T;
+    prefetch_row(K + kv * KS + (b + 1) * 32 * d, 32 * d);
+    copy_keys(kv, b, buf);
+    return buf;
+  }
+  const u16* values_of(int64_t kv, int64_t b, int64_t h, int64_t ne, u16* buf) const {
+    if (shared) return vv + ((kv * NB + b) * DC + h) * T;
+    prefetch_row(V + kv * KS + (b + 1) * 32 * d, 32 * d);
+    copy_values(kv, b, h, ne, buf);
+    return buf;
+  }
+
+  // Work item w: its queries, their key counts, S_g (buffers not yet placed)
+  void start(int64_t w, AttnGroup& a) const {
+    const int64_t g0 = w / KV;
+    a.kv = w % KV, a.i0 = g0 * R, a.nr = std::min(R, n - a.i0);
+    int64_t Pmin = P[a.i0], Lmax = 0;
+    for (int64_t r = 0; r < a.nr; ++r) {
+      const int64_t i = a.i0 + r;
+      a.Lr[r] = P[i] + ptr[i + 1] - ptr[i];
+      Pmin = std::min(Pmin, P[i]);
+      Lmax = std::max(Lmax, a.Lr[r]);
+    }
+    a.Sg = Pmin / 32 * 32, a.LS = (Lmax + 31) / 32 * 32;
+  }
+  // its buffers from the arenas' cursors; its bfloat16 queries (zero columns past its own)
+  void place(AttnGroup& a, float*& f, u16*& h) const {
+    a.score = f, a.ob = f + 16 * a.LS, f += 16 * (a.LS + d);
+    a.q = h, a.pb = h + 16 * d, h += 16 * (a.LS + d);
+    std::memset(a.q, 0, 16 * d * sizeof(u16));
+    for (int64_t col = 0; col < a.nr * G; ++col) {
+      const float* src = Q + ((a.i0 + col / G) * H + a.kv * G + col % G) * d;
+      for (int64_t k = 0; k < d; k += 16) store_bf16(a.q + col * d + k, _mm512_loadu_ps(src + k));
+    }
+  }
+
+  void load_queries(const AttnGroup& a) const {
+    _tile_loadd(4, a.q, d * 2);
+    if constexpr (C2 > 1) _tile_loadd(5, a.q + 32, d * 2);
+    if constexpr (C2 > 2) _tile_loadd(6, a.q + 64, d * 2);
+    if constexpr (C2 > 3) _tile_loadd(7, a.q + 96, d * 2);
+  }
+
+  // scores of the shared blocks b0 .. b1 - 1 (below S_g), two 16-key blocks at a time
+  void score_blocks(AttnGroup& a, int64_t b0, int64_t b1, u16* buf) const {
+    b1 = std::min(b1, a.Sg / 32);
+    if (b0 >= b1) return;
+    load_queries(a);
+    for (int64_t b = b0; b < b1; ++b) {
+      const u16* k0 = keys_of(a.kv, b, buf);
+      const u16* k1 = k0 + C2 * T;
+      _tile_zero(0);
+      _tile_zero(1);
+#define ATTN_QK(c, tq)              \
+  if constexpr (C2 > c) {           \
+    _tile_loadd(2, k0 + c * T, 64); \
+    _tile_dpbf16ps(0, tq, 2);       \
+    _tile_loadd(3, k1 + c * T, 64); \
+    _tile_dpbf16ps(1, tq, 3);       \
+  }
+      ATTN_QK(0, 4) ATTN_QK(1, 5) ATTN_QK(2, 6) ATTN_QK(3, 7)
 #undef ATTN_QK
-        _tile_stored(0, score.data() + b * 32, LS * 4);
-        _tile_stored(1, score.data() + b * 32 + 16, LS * 4);
-      }
-      // scores: each query's keys from S_g on, 16 at a time, its own columns kept
-      for (int64_t r = 0; r < nr; ++r)
-        for (int64_t j0 = Sg; j0 < Lr[r]; j0 += 16) {
-          tk.resize(C2 * T);
-          for (int j = 0; j < 16; ++j) rows[j] = j0 + j < Lr[r] ? Kh + key(r, j0 + j) * d : nullptr;
-          for (int64_t c = 0; c < C2; ++c) keys_tile(rows, c, tk.data() + c * T);
-          _tile_zero(0);
+      _tile_stored(0, a.score + b * 32, a.LS * 4);
+      _tile_stored(1, a.score + b * 32 + 16, a.LS * 4);
+    }
+  }
+
+  // each query's scores from S_g on, 16 keys at a time, its own columns kept; then the
+  // probabilities [16][LS] (zeros past each query's last key and in unused columns)
+  void score_rest(AttnGroup& a, std::vector<u16>& tk, float* ot) const {
+    const u16* rows[16];
+    load_queries(a);
+    tk.resize(C2 * T);
+    for (int64_t r = 0; r < a.nr; ++r)
+      for (int64_t j0 = a.Sg; j0 < a.Lr[r]; j0 += 16) {
+        for (int j = 0; j < 16; ++j)
+          rows[j] = j0 + j < a.Lr[r] ? K + a.kv * KS + key(a, r, j0 + j) * d : nullptr;
+        for (int64_t c = 0; c < C2; ++c) keys_tile(rows, c, tk.data() + c * T);
+        _tile_zero(0);
 #define ATTN_QK1(c, tq)                    \
   if constexpr (C2 > c) {                  \
     _tile_loadd(2, tk.data() + c * T, 64); \
     _tile_dpbf16ps(0, tq, 2);              \
   }
-          ATTN_QK1(0, 4) ATTN_QK1(1, 5) ATTN_QK1(2, 6) ATTN_QK1(3, 7)
+        ATTN_QK1(0, 4) ATTN_QK1(1, 5) ATTN_QK1(2, 6) ATTN_QK1(3, 7)
 #undef ATTN_QK1
-          _tile_stored(0, ot, 64);
-          for (int64_t col = r * G; col < (r + 1) * G; ++col)
-            std::memcpy(score.data() + col * LS + j0, ot + col * 16, 16 * sizeof(float));
-        }
-      // probabilities [16][LS] (zeros past each query's last key and in unused columns)
-      for (int64_t col = 0; col < 16; ++col) {
-        u16* p = pb.data() + col * LS;
-        if (col >= cols) {
-          std::memset(p, 0, LS * sizeof(u16));
-          continue;
-        }
-        const int64_t L = Lr[col / G];
-        float* sg = score.data() + col * LS;
-        const __m512 total = exp_row(sg, L);
-        for (int64_t j = 0; j < LS; j += 16)
-          store_bf16(p + j, j < L ? _mm512_div_ps(_mm512_maskz_loadu_ps(tail_mask(L - j), sg + j), total)
-                                  : _mm512_setzero_ps());
+        _tile_stored(0, ot, 64);
+        for (int64_t col = r * G; col < (r + 1) * G; ++col)
+          std::memcpy(a.score + col * a.LS + j0, ot + col * 16, 16 * sizeof(float));
       }
-      // weighted sums: the shared blocks, 64 dims at a time (sums so far in ob)
-      for (int64_t h = 0; h < DC; h += 4) {
-        const int64_t ne = std::min<int64_t>(4, DC - h);
-        _tile_zero(0);
-        _tile_zero(1);
-        _tile_zero(2);
-        _tile_zero(3);
-        for (int64_t b = 0; b < Sg / 32; ++b) {
-          const u16* vb = values_of(b, h, ne);
-          _tile_loadd(4, pb.data() + b * 32, LS * 2);
-          _tile_loadd(5, vb, 64);
-          _tile_dpbf16ps(0, 4, 5);
-          if (ne > 1) { _tile_loadd(6, vb + T, 64); _tile_dpbf16ps(1, 4, 6); }
-          if (ne > 2) { _tile_loadd(5, vb + 2 * T, 64); _tile_dpbf16ps(2, 4, 5); }
-          if (ne > 3) { _tile_loadd(6, vb + 3 * T, 64); _tile_dpbf16ps(3, 4, 6); }
-        }
-        _tile_stored(0, ob + h * 16, d * 4);
-        if (ne > 1) _tile_stored(1, ob + h * 16 + 16, d * 4);
-        if (ne > 2) _tile_stored(2, ob + h * 16 + 32, d * 4);
-        if (ne > 3) _tile_stored(3, ob + h * 16 + 48, d * 4);
+    for (int64_t col = 0; col < 16; ++col) {
+      u16* p = a.pb + col * a.LS;
+      if (col >= a.nr * G) {
+        std::memset(p, 0, a.LS * sizeof(u16));
+        continue;
       }
-      // each query: its blocks from S_g on continue the group's sums; its columns kept
-      for (int64_t r = 0; r < nr; ++r) {
-        const float* src = ob;
-        if (Lr[r] > Sg) {
-          const int64_t nb = (Lr[r] - Sg + 31) / 32;
-          tv.resize(nb * DC * T);
-          for (int64_t t = 0; t < nb; ++t) {
-            for (int j = 0; j < 32; ++j) {
-              const int64_t jj = Sg + 32 * t + j;
-              rows[j] = jj < Lr[r] ? Vh + key(r, jj) * d : nullptr;
-            }
-            for (int64_t e = 0; e < DC; ++e) values_tile(rows, e, tv.data() + (t * DC + e) * T);
-          }
-          for (int64_t h = 0; h < DC; h += 4) {
-            const int64_t ne = std::min<int64_t>(4, DC - h);
-            _tile_loadd(0, ob + h * 16, d * 4);
-            if (ne > 1) _tile_loadd(1, ob + h * 16 + 16, d * 4);
-            if (ne > 2) _tile_loadd(2, ob + h * 16 + 32, d * 4);
-            if (ne > 3) _tile_loadd(3, ob + h * 16 + 48, d * 4);
-            for (int64_t t = 0; t < nb; ++t) {
-              const u16* vb = tv.data() + (t * DC + h) * T;
-              _tile_loadd(4, pb.data() + Sg + 32 * t, LS * 2);
-              _tile_loadd(5, vb, 64);
-              _tile_dpbf16ps(0, 4, 5);
-              if (ne > 1) { _tile_loadd(6, vb + T, 64); _tile_dpbf16ps(1, 4, 6); }
-              if (ne > 2) { _tile_loadd(5, vb + 2 * T, 64); _tile_dpbf16ps(2, 4, 5); }
-              if (ne > 3) { _tile_loadd(6, vb + 3 * T, 64); _tile_dpbf16ps(3, 4, 6); }
-            }
-            _tile_stored(0, ot + h * 16, d * 4);
-            if (ne > 1) _tile_stored(1, ot + h * 16 + 16, d * 4);
-            if (ne > 2) _tile_stored(2, ot + h * 16 + 32, d * 4);
-            if (ne > 3) _tile_stored(3, ot + h * 16 + 48, d * 4);
-          }
-          src = ot;
-        }
-        for (int64_t g = 0; g < G; ++g)
-          std::memcpy(O + ((i0 + r) * H + kv * G + g) * d, src + (r * G + g) * d, d * sizeof(float));
-      }
+      const int64_t L = a.Lr[col / G];
+      float* sg = a.score + col * a.LS;
+      const __m512 total = exp_row(sg, L);
+      for (int64_t j = 0; j < a.LS; j += 16)
+        store_bf16(p + j, j < L ? _mm512_div_ps(_mm512_maskz_loadu_ps(tail_mask(L - j), sg + j), total)
+                                : _mm512_setzero_ps());
     }
-    _tile_release();
-  });
+  }
+
+  // weighted sums over 32-key blocks of A (probabilities from key j0, stride LS) and B (value
+  // tiles vb(t), dims 16 h .. 16 (h + ne) - 1), continuing the sums at src into dst
+#define ATTN_PV_BODY(vb_expr)                                                              \
+  {                                                                                        \
+    const u16* vb = vb_expr;                                                               \
+    _tile_loadd(5, vb, 64);                                                                \
+    _tile_dpbf16ps(0, 4, 5);                                                               \
+    if (ne > 1) { _tile_loadd(6, vb + T, 64); _tile_dpbf16ps(1, 4, 6); }                   \
+    if (ne > 2) { _tile_loadd(5, vb + 2 * T, 64); _tile_dpbf16ps(2, 4, 5); }               \
+    if (ne > 3) { _tile_loadd(6, vb + 3 * T, 64); _tile_dpbf16ps(3, 4, 6); }               \
+  }
+  void load_sums(const float* src, int64_t h, int64_t ne) const {
+    _tile_loadd(0, src + h * 16, d * 4);
+    if (ne > 1) _tile_loadd(1, src + h * 16 + 16, d * 4);
+    if (ne > 2) _tile_loadd(2, src + h * 16 + 32, d * 4);
+    if (ne > 3) _tile_loadd(3, src + h * 16 + 48, d * 4);
+  }
+  void store_sums(float* dst, int64_t h, int64_t ne) const {
+    _tile_stored(0, dst + h * 16, d * 4);
+    if (ne > 1) _tile_stored(1, dst + h * 16 + 16, d * 4);
+    if (ne > 2) _tile_stored(2, dst + h * 16 + 32, d * 4);
+    if (ne > 3) _tile_stored(3, dst + h * 16 + 48, d * 4);
+  }
+
+  // the weighted sums of the shared blocks b0 .. b1 - 1 (below S_g), dims 16 h .. (ob: the
+  // sums so far; zeros before block 0)
+  void weigh_blocks(AttnGroup& a, int64_t h, int64_t b0, int64_t b1, u16* buf) const {
+    b1 = std::min(b1, a.Sg / 32);
+    const int64_t ne = std::min<int64_t>(4, DC - h);
+    if (b0 > 0 && b0 >= b1) return;  // past S_g: the sums are stored
+    if (b0 == 0) {
+      _tile_zero(0);
+      _tile_zero(1);
+      _tile_zero(2);
+      _tile_zero(3);
+    } else {
+      load_sums(a.ob, h, ne);
+    }
+    for (int64_t b = b0; b < b1; ++b) {
+      _tile_loadd(4, a.pb + b * 32, a.LS * 2);
+      ATTN_PV_BODY(values_of(a.kv, b, h, ne, buf))
+    }
+    store_sums(a.ob, h, ne);
+  }
+
+  // each query: its blocks from S_g on continue the group's sums; its columns to O
+  void weigh_rest(AttnGroup& a, std::vector<u16>& tv, float* ot) const {
+    const u16* rows[32];
+    for (int64_t r = 0; r < a.nr; ++r) {
+      const float* src = a.ob;
+      if (a.Lr[r] > a.Sg) {
+        const int64_t nb = (a.Lr[r] - a.Sg + 31) / 32;
+        tv.resize(nb * DC * T);
+        for (int64_t t = 0; t < nb; ++t) {
+          for (int j = 0; j < 32; ++j) {
+            const int64_t jj = a.Sg + 32 * t + j;
+            rows[j] = jj < a.Lr[r] ? V + a.kv * KS + key(a, r, jj) * d : nullptr;
+          }
+          for (int64_t e = 0; e < DC; ++e) values_tile(rows, e, tv.data() + (t * DC + e) * T);
+        }
+        for (int64_t h = 0; h < DC; h += 4) {
+          const int64_t ne = std::min<int64_t>(4, DC - h);
+          load_sums(a.ob, h, ne);
+          for (int64_t t = 0; t < nb; ++t) {
+            _tile_loadd(4, a.pb + a.Sg + 32 * t, a.LS * 2);
+            ATTN_PV_BODY(tv.data() + (t * DC + h) * T)
+          }
+          store_sums(ot, h, ne);
+        }
+        src = ot;
+      }
+      for (int64_t g = 0; g < G; ++g)
+        std::memcpy(O + ((a.i0 + r) * H + a.kv * G + g) * d, src + (r * G + g) * d, d * sizeof(float));
+    }
+  }
+#undef ATTN_PV_BODY
+
+  void run() {
+    if (shared)
+      for (int64_t i = 0; i < n; ++i) NB = std::max(NB, P[i] / 32);
+    static thread_local std::vector<u16> kt_, vv_;  // the calling thread's, kept for the next call
+    kt_.resize(std::max<int64_t>(1, KV * NB * 2 * C2 * T));
+    vv_.resize(std::max<int64_t>(1, KV * NB * DC * T));
+    kt = kt_.data(), vv = vv_.data();
+    if (NB)
+      at::parallel_for(0, KV * NB, 1, [&](int64_t w0, int64_t w1) {
+        for (int64_t w = w0; w < w1; ++w) {
+          const int64_t kv = w / NB, b = w % NB;
+          copy_keys(kv, b, kt + (kv * NB + b) * 2 * C2 * T);
+          copy_values(kv, b, 0, DC, vv + (kv * NB + b) * DC * T);
+        }
+      });
+    at::parallel_for(0, NG * KV, 1, [&](int64_t w0, int64_t w1) {
+      tiles_on();
+      std::vector<AttnGroup> groups(w1 - w0);
+      static thread_local std::vector<float> farena;
+      static thread_local std::vector<u16> harena, tk, tv;
+      alignas(64) u16 buf[8 * T];
+      alignas(64) float ot[16 * 128];
+      int64_t blocks = 0, room = 0;
+      for (int64_t w = w0; w < w1; ++w) {
+        start(w, groups[w - w0]);
+        blocks = std::max(blocks, groups[w - w0].Sg / 32);
+        room += 16 * (groups[w - w0].LS + d);
+      }
+      if ((int64_t)farena.size() < room) farena.resize(room);
+      if ((int64_t)harena.size() < room) harena.resize(room);
+      float* f = farena.data();
+      u16* h = harena.data();
+      for (auto& a : groups) place(a, f, h);
+      // shared: a chunk of blocks for every group, then the next chunk; else a group at a time
+      const int64_t step = shared ? CHUNK_BLOCKS : std::max<int64_t>(1, blocks);
+      auto phases = [&](AttnGroup* first, AttnGroup* last) {
+        for (int64_t b0 = 0; b0 < blocks; b0 += step)
+          for (AttnGroup* a = first; a != last; ++a) score_blocks(*a, b0, b0 + step, buf);
+        for (AttnGroup* a = first; a != last; ++a) score_rest(*a, tk, ot);
+        for (int64_t h = 0; h < DC; h += 4)
+          for (int64_t b0 = 0; b0 < std::max<int64_t>(1, blocks); b0 += step)
+            for (AttnGroup* a = first; a != last; ++a) weigh_blocks(*a, h, b0, b0 + step, buf);
+        for (AttnGroup* a = first; a != last; ++a) weigh_rest(*a, tv, ot);
+      };
+      if (shared) {
+        phases(groups.data(), groups.data() + groups.size());
+      } else {
+        for (auto& a : groups) phases(&a, &a + 1);
+      }
+      _tile_release();
+    });
+  }
+};
+
+template <int C2>
+void attend_amx(const float* Q, const at::BFloat16* K, const at::BFloat16* V, const int64_t* P,
+                const int64_t* ptr, const int64_t* extra, float* O, int64_t n, int64_t H,
+                int64_t KV, int64_t KS, int64_t d) {
+  const int64_t G = H / KV, R = 16 / G, NG = (n + R - 1) / R;
+  TileAttention<C2> t{Q, (const u16*)K, (const u16*)V, P, ptr, extra, O, n, H, KV, KS, d,
+                      G, R, NG, d / 16, 0, NG >= SHARED_GROUPS};
+  t.run();
 }
 
 // attend_amx() for this call, or false where it does not apply (then the vector forms run).

@@ -34,8 +34,8 @@ def test_prompts_and_sample_are_resources():
 
 
 def test_the_kernel_sources_ship():
-    """qmm.cpp and every header it includes are package data (a wheel builds the kernels
-    from them on the user's machine)."""
+    """qmm.cpp and every header it includes (directly or through another) are package data (a
+    wheel builds the kernels from them on the user's machine)."""
     import fnmatch
 
     from adapld_cli.model import quant
@@ -44,9 +44,11 @@ def test_the_kernel_sources_ship():
     globs = cfg["package-data"]["adapld_cli.model"]
     for path in (quant.SOURCE, *quant.HEADERS):
         assert any(fnmatch.fnmatch(path.name, g) for g in globs), path.name
-    included = {
-        line.split('"')[1]
-        for line in quant.SOURCE.read_text().splitlines()
-        if line.startswith('#include "')
-    }
+    included, todo = set(), [quant.SOURCE]
+    while todo:  # qmm.cpp's own includes and theirs
+        for line in todo.pop().read_text().splitlines():
+            name = line.split('"')[1] if line.startswith('#include "') else None
+            if name and name not in included:
+                included.add(name)
+                todo.append(quant.SOURCE.with_name(name))
     assert included == {h.name for h in quant.HEADERS}

@@ -363,15 +363,9 @@ def test_native_attention_runs_and_matches_the_torch_path(dtype, monkeypatch):
 
 
 def on_tiles(ext, dtype, d: int, groups: int) -> bool:
-    """Whether the native attention of this call runs on AMX tiles (attn_amx.h: a bfloat16
-    cache, d a multiple of 32 up to 128, at most 16 heads per kv head, an AMX build)."""
-    return bool(
-        ext.attention_tiles()
-        and dtype == torch.bfloat16
-        and d % 32 == 0
-        and d <= 128
-        and groups <= 16
-    )
+    """Whether the native attention of this call runs on AMX tiles (attn_amx.h decides: a
+    bfloat16 cache, its head sizes and heads per kv head, an AMX build)."""
+    return dtype == torch.bfloat16 and ext.attention_tiles(d, groups)
 
 
 def assert_generic_form(ext, out, q, k, v, plan, dtype) -> None:

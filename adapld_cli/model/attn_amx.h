@@ -232,17 +232,12 @@ struct TileAttention {
         std::memset(p, 0, a.LS * sizeof(u16));
         continue;
       }
-      const int64_t L = a.Lr[col / G];
-      float* sg = a.score + col * a.LS;
-      const __m512 total = exp_row(sg, L);
-      for (int64_t j = 0; j < a.LS; j += 16)
-        store_bf16(p + j, j < L ? _mm512_div_ps(_mm512_maskz_loadu_ps(tail_mask(L - j), sg + j), total)
-                                : _mm512_setzero_ps());
+      probabilities_bf16(a.score + col * a.LS, a.Lr[col / G], p, a.LS);
     }
   }
 
-  // weighted sums over 32-key blocks of A (probabilities from key j0, stride LS) and B (value
-  // tiles vb(t), dims 16 h .. 16 (h + ne) - 1), continuing the sums at src into dst
+  // one 32-key block's weighted sums: tile 4 holds its probabilities; vb_expr, its value tiles
+  // of dims 16 h .. 16 (h + ne) - 1, go to tiles 5 / 6 and add into sums 0 .. ne - 1
 #define ATTN_PV_BODY(vb_expr)                                                              \
   {                                                                                        \
     const u16* vb = vb_expr;                                                               \
@@ -382,11 +377,16 @@ void attend_amx(const float* Q, const at::BFloat16* K, const at::BFloat16* V, co
   t.run();
 }
 
+// Whether a bfloat16 cache's attention with head size d and G heads per kv head runs here.
+inline bool tiles_apply(int64_t d, int64_t G) {
+  return d % 32 == 0 && d <= 128 && G <= 16 && amx_ready();
+}
+
 // attend_amx() for this call, or false where it does not apply (then the vector forms run).
 inline bool attend_tiles(const float* Q, const at::BFloat16* K, const at::BFloat16* V,
                          const int64_t* P, const int64_t* ptr, const int64_t* extra, float* O,
                          int64_t n, int64_t H, int64_t KV, int64_t KS, int64_t d) {
-  if (d % 32 || d > 128 || H / KV > 16 || !amx_ready()) return false;
+  if (!tiles_apply(d, H / KV)) return false;
   switch (d / 32) {
     case 1: attend_amx<1>(Q, K, V, P, ptr, extra, O, n, H, KV, KS, d); break;
     case 2: attend_amx<2>(Q, K, V, P, ptr, extra, O, n, H, KV, KS, d); break;

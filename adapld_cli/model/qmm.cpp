@@ -528,6 +528,15 @@ inline __m512i broadcast_pair(const u16* p) {
   return _mm512_set1_epi32(v);
 }
 
+// softmax_row() of one head's L scores (exponentials left in sg), each probability rounded to
+// bfloat16 as it is divided, into p[0 .. upto) (upto a multiple of 16 at least L; zeros past L)
+inline void probabilities_bf16(float* sg, int64_t L, u16* p, int64_t upto) {
+  const __m512 total = exp_row(sg, L);
+  for (int64_t j = 0; j < upto; j += 16)
+    store_bf16(p + j, j < L ? _mm512_div_ps(_mm512_maskz_loadu_ps(tail_mask(L - j), sg + j), total)
+                            : _mm512_setzero_ps());
+}
+
 // One thread's state over the call's work items w = (query i, kv head): the item's keys
 // (key(j): the cache row of its j-th key, j < L), its G queries in bfloat16 ([G][d]), their
 // scores ([G][L]) and, after softmax(), the probabilities in bfloat16 ([G][LP]).
@@ -560,13 +569,8 @@ struct BfRows {
   void softmax() {
     LP = (L + 16) / 16 * 16;
     p.resize(G * LP);
-    for (int64_t g = 0; g < G; ++g) {
-      float* sg = score.data() + g * L;
-      const __m512 total = exp_row(sg, L);
-      for (int64_t j = 0; j < L; j += 16)
-        store_bf16(p.data() + g * LP + j,
-                   _mm512_div_ps(_mm512_maskz_loadu_ps(tail_mask(L - j), sg + j), total));
-    }
+    for (int64_t g = 0; g < G; ++g)
+      probabilities_bf16(score.data() + g * L, L, p.data() + g * LP, (L + 15) / 16 * 16);
   }
 };
 
@@ -1543,15 +1547,16 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("attention", &attention, "exact per-query attention over prefix + extra keys",
         py::arg("q"), py::arg("k"), py::arg("v"), py::arg("prefix"), py::arg("ptr"),
         py::arg("extra"), py::arg("generic") = false);
-  m.def("attention_tiles", [] {
+  m.def("attention_tiles", [](int64_t d, int64_t groups) {
 #if ATTN_AMX
-    return amx_ready();
+    return tiles_apply(d, groups);
 #else
     return false;
 #endif
   },
-        "whether a bfloat16 cache's attention runs on AMX tiles (attn_amx.h; then not generic's "
-        "arithmetic)");
+        "whether a bfloat16 cache's attention with head size d and groups heads per kv head "
+        "runs on AMX tiles (attn_amx.h; then not generic's arithmetic)",
+        py::arg("d"), py::arg("groups"));
   py::class_<DecodeLayer>(m, "DecodeLayer")
       .def(py::init<torch::Tensor, double, torch::Tensor, double, py::list, py::dict, py::list,
                     py::dict, int64_t, int64_t, int64_t, double>())

@@ -67,6 +67,9 @@ TARGETS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "avx2": (("avx2", "fma", "f16c"), ("-mavx2", "-mfma", "-mf16c")),
 }
 ENV_TARGET = "ADAPLD_QMM_TARGET"  # auto (the first the CPU has) or a key of TARGETS
+# 0: the amx build's attention on the vector kernels (attn_amx.h reads it once; the
+# cross-build test compares the rest of that build with avx512 bit for bit)
+ENV_ATTN_TILES = "ADAPLD_ATTN_TILES"
 COMMON_CFLAGS = ["-O3", "-fopenmp"]
 # -fopenmp: at::parallel_for runs on OpenMP; the extension binds to the libgomp torch loaded
 

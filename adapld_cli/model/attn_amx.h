@@ -120,6 +120,14 @@ struct BlockScratch {
   alignas(64) float top[16], alpha[16];
 };
 
+// The first line of each 4 KB page of count u16 at p (the next block of a call that copies as
+// it goes): the hardware prefetchers follow a page once it is touched, and prefetching every
+// line of a block's 32 KB at once stalled the thread on its full fill buffers (a single step's
+// attention at 8k: 12.3 -> 10.8 ms; docs/performance.md, "Flash-style tile attention").
+inline void prefetch_pages(const u16* p, int64_t count) {
+  for (int64_t b = 0; b < count; b += 2048) _mm_prefetch((const char*)(p + b), _MM_HINT_T0);
+}
+
 // Lane c: the largest of x[c]'s 16 lanes (four stages of shuffles, then the columns' order).
 inline __m512 max_lanes(const __m512* x) {
   auto net = [](const __m512* x) {
@@ -190,14 +198,14 @@ struct TileAttention {
   // into kbuf (4 x C2 tiles) / vbuf (2 x DC tiles)
   const u16* keys_of(int64_t kv, int64_t f, u16* kbuf) const {
     if (shared) return kt + (kv * NB + 2 * f) * 2 * C2 * T;
-    prefetch_row(K + kv * KS + (f + 1) * 64 * d, 64 * d);
+    prefetch_pages(K + kv * KS + (f + 1) * 64 * d, 64 * d);
     copy_keys(kv, 2 * f, kbuf);
     copy_keys(kv, 2 * f + 1, kbuf + 2 * C2 * T);
     return kbuf;
   }
   const u16* values_of(int64_t kv, int64_t f, u16* vbuf) const {
     if (shared) return vv + (kv * NB + 2 * f) * DC * T;
-    prefetch_row(V + kv * KS + (f + 1) * 64 * d, 64 * d);
+    prefetch_pages(V + kv * KS + (f + 1) * 64 * d, 64 * d);
     copy_values(kv, 2 * f, vbuf);
     copy_values(kv, 2 * f + 1, vbuf + DC * T);
     return vbuf;

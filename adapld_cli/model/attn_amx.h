@@ -120,12 +120,16 @@ struct BlockScratch {
   alignas(64) float top[16], alpha[16];
 };
 
-// The first line of each 4 KB page of count u16 at p (the next block of a call that copies as
-// it goes): the hardware prefetchers follow a page once it is touched, and prefetching every
-// line of a block's 32 KB at once stalled the thread on its full fill buffers (a single step's
-// attention at 8k: 12.3 -> 10.8 ms; docs/performance.md, "Flash-style tile attention").
-inline void prefetch_pages(const u16* p, int64_t count) {
-  for (int64_t b = 0; b < count; b += 2048) _mm_prefetch((const char*)(p + b), _MM_HINT_T0);
+// Rows of the cache a call that copies as it goes prefetches ahead of the rows it copies, and
+// how: each row of a copied block asks for its counterpart PREFETCH_ROWS rows on (into the
+// outer caches, _MM_HINT_T2), spread over the copy. A single step streams the whole cache, K
+// and V side by side; asking for a whole block at once stalled the thread on full fill buffers
+// (docs/performance.md, "Flash-style tile attention").
+constexpr int64_t PREFETCH_ROWS = 256;
+
+inline void prefetch_rows(const u16* const* rows, int n, int64_t ahead, int64_t d) {
+  for (int j = 0; j < n; ++j)
+    for (int64_t l = 0; l < d; l += 32) _mm_prefetch((const char*)(rows[j] + ahead + l), _MM_HINT_T2);
 }
 
 // Lane c: the largest of x[c]'s 16 lanes (four stages of shuffles, then the columns' order).
@@ -182,32 +186,33 @@ struct TileAttention {
     return j < P[i] ? j : extra[ptr[i] + j - P[i]];
   }
   // 32-key block b's keys of head kv (2 x C2 tiles) and values (DC tiles)
-  void copy_keys(int64_t kv, int64_t b, u16* out) const {
+  // (ahead: also each row's counterpart that many rows on, toward the caches: prefetch_rows)
+  void copy_keys(int64_t kv, int64_t b, u16* out, int64_t ahead = 0) const {
     const u16* rows[16];
     for (int h = 0; h < 2; ++h) {
       for (int j = 0; j < 16; ++j) rows[j] = K + kv * KS + (b * 32 + 16 * h + j) * d;
+      if (ahead) prefetch_rows(rows, 16, ahead * d, d);
       for (int64_t c = 0; c < C2; ++c) keys_tile(rows, c, out + (h * C2 + c) * T);
     }
   }
-  void copy_values(int64_t kv, int64_t b, u16* out) const {
+  void copy_values(int64_t kv, int64_t b, u16* out, int64_t ahead = 0) const {
     const u16* rows[32];
     for (int j = 0; j < 32; ++j) rows[j] = V + kv * KS + (b * 32 + j) * d;
+    if (ahead) prefetch_rows(rows, 32, ahead * d, d);
     for (int64_t e = 0; e < DC; ++e) values_tile(rows, e, out + e * T);
   }
   // the shared copies of 64-key block f (32-key blocks 2 f, 2 f + 1), or the blocks copied now
   // into kbuf (4 x C2 tiles) / vbuf (2 x DC tiles)
   const u16* keys_of(int64_t kv, int64_t f, u16* kbuf) const {
     if (shared) return kt + (kv * NB + 2 * f) * 2 * C2 * T;
-    prefetch_pages(K + kv * KS + (f + 1) * 64 * d, 64 * d);
-    copy_keys(kv, 2 * f, kbuf);
-    copy_keys(kv, 2 * f + 1, kbuf + 2 * C2 * T);
+    copy_keys(kv, 2 * f, kbuf, PREFETCH_ROWS);
+    copy_keys(kv, 2 * f + 1, kbuf + 2 * C2 * T, PREFETCH_ROWS);
     return kbuf;
   }
   const u16* values_of(int64_t kv, int64_t f, u16* vbuf) const {
     if (shared) return vv + (kv * NB + 2 * f) * DC * T;
-    prefetch_pages(V + kv * KS + (f + 1) * 64 * d, 64 * d);
-    copy_values(kv, 2 * f, vbuf);
-    copy_values(kv, 2 * f + 1, vbuf + DC * T);
+    copy_values(kv, 2 * f, vbuf, PREFETCH_ROWS);
+    copy_values(kv, 2 * f + 1, vbuf + DC * T, PREFETCH_ROWS);
     return vbuf;
   }
 

@@ -113,11 +113,11 @@ struct AttnGroup {
 };
 
 // A thread's scratch for one block: its scores ([16][64]), their rounded exponentials ([16][64],
-// the two probabilities tiles), each column's new maximum and rescale factor.
+// the two probabilities tiles) and each column's rescale factor.
 struct BlockScratch {
   alignas(64) float sc[16 * 64];
   alignas(64) u16 pb[16 * 64];
-  alignas(64) float top[16], alpha[16];
+  alignas(64) float alpha[16];
 };
 
 // Rows of the cache a call that copies as it goes prefetches ahead of the rows it copies, and
@@ -301,12 +301,11 @@ struct TileAttention {
     const __m512 was = _mm512_load_ps(m), now = _mm512_max_ps(was, max_lanes(top));
     const __mmask16 moved = j0 > 0 ? _mm512_cmp_ps_mask(now, was, _CMP_NEQ_OQ) : 0;
     _mm512_store_ps(m, now);
-    _mm512_store_ps(s.top, now);
     _mm512_store_ps(s.alpha, _mm512_mask_mov_ps(_mm512_set1_ps(1.f), moved,
                                                  exp512(_mm512_sub_ps(was, now))));
     for (int c = 0; c < 16; ++c) {
       u16* p = s.pb + c * 64;
-      const __m512 t = _mm512_set1_ps(s.top[c]);
+      const __m512 t = _mm512_set1_ps(m[c]);
       for (int u = 0; u < 4; u += 2) {
         if (!km[c][u]) {
           _mm512_storeu_si512(p + 16 * u, _mm512_setzero_si512());
@@ -473,7 +472,7 @@ void attend_amx(const float* Q, const at::BFloat16* K, const at::BFloat16* V, co
 inline bool tiles_apply(int64_t d, int64_t G) {
   static const bool off = [] {
     const char* v = std::getenv("ADAPLD_ATTN_TILES");
-    return v && std::string(v) == "0";
+    return v && std::strcmp(v, "0") == 0;
   }();
   return !off && d % 32 == 0 && d <= 128 && G <= 16 && amx_ready();
 }
